@@ -1,0 +1,1 @@
+"""Geo-replication service (a pure client of mq); arrives in a later issue."""

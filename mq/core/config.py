@@ -1,0 +1,234 @@
+"""Configuration with Kafka's names.
+
+Each setting is declared once as a ``ConfigKey`` (Kafka name, type, default,
+validator, documentation). ``TopicConfig`` and ``BrokerConfig`` are frozen
+dataclasses whose field names are the Kafka names with dots turned into
+underscores (``segment.bytes`` -> ``segment_bytes``); the reference page is
+generated from these declarations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Mapping
+
+from mq.core.errors import ErrorCode, MqError
+from mq.core.types import CleanupPolicy, CompressionType, FlushPolicy, TimestampType
+
+DAY_MS = 24 * 60 * 60 * 1000
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str  # Kafka's dotted name
+    type: Callable[[Any], Any]
+    default: Any
+    doc: str
+    validator: Callable[[Any], bool] = lambda v: True
+    valid: str = ""  # human-readable form of the validator
+
+    @property
+    def field(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a string (from the CLI, the wire or a file) into a checked value."""
+        try:
+            if self.type is bool and isinstance(raw, str):
+                if raw.lower() not in ("true", "false"):
+                    raise ValueError(raw)
+                value: Any = raw.lower() == "true"
+            elif self.type is int and isinstance(raw, str):
+                value = int(raw)
+            elif isinstance(self.type, type) and isinstance(raw, self.type) and not (
+                self.type is int and isinstance(raw, bool)
+            ):
+                value = raw
+            else:
+                value = self.type(raw)
+        except (ValueError, TypeError, KeyError):
+            raise MqError(
+                ErrorCode.INVALID_CONFIG, f"{self.name}={raw!r} is not a valid {self.type.__name__}"
+            ) from None
+        if not self.validator(value):
+            raise MqError(ErrorCode.INVALID_CONFIG, f"{self.name}={raw!r}: must be {self.valid}")
+        return value
+
+
+def _at_least(n: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v >= n), f">= {n}"
+
+
+def _key(name: str, type_: type, default: Any, doc: str, check=None) -> ConfigKey:
+    validator, valid = check if check else ((lambda v: True), "")
+    return ConfigKey(name, type_, default, doc, validator, valid)
+
+
+def _enum_check(enum: type) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: True), "one of " + ", ".join(str(m.value) for m in enum)  # type: ignore
+
+
+def _timestamp_type(raw: Any) -> TimestampType:
+    if isinstance(raw, TimestampType):
+        return raw
+    names = {"createtime": TimestampType.CREATE_TIME, "logappendtime": TimestampType.LOG_APPEND_TIME}
+    return names[str(raw).replace("_", "").lower()]
+
+
+def _compression(raw: Any) -> str:
+    value = str(raw).lower()
+    if value != "producer":
+        CompressionType.parse(value)
+    return value
+
+
+TOPIC_KEYS: tuple[ConfigKey, ...] = (
+    _key("segment.bytes", int, 1024 * MIB, "Roll a new segment when the active one reaches this size.", _at_least(1024)),
+    _key("segment.ms", int, 7 * DAY_MS, "Roll a new segment when the active one is this old.", _at_least(1)),
+    _key("segment.index.bytes", int, 10 * MIB, "Maximum size of an offset or time index file.", _at_least(64)),
+    _key("retention.ms", int, 7 * DAY_MS, "Delete segments whose newest record is older than this (-1: keep).", _at_least(-1)),
+    _key("retention.bytes", int, -1, "Delete oldest segments while the partition is larger than this (-1: no limit).", _at_least(-1)),
+    _key("max.message.bytes", int, 1024 * 1024 + 12, "Largest record batch the topic accepts.", _at_least(64)),
+    _key("cleanup.policy", CleanupPolicy, CleanupPolicy.DELETE, "delete, compact, or compact,delete.", _enum_check(CleanupPolicy)),
+    _key("message.timestamp.type", _timestamp_type, TimestampType.CREATE_TIME, "CreateTime (producer's clock) or LogAppendTime (broker's)."),
+    _key("index.interval.bytes", int, 4096, "Bytes of log between two offset-index entries.", _at_least(0)),
+    _key("flush.messages", int, -1, "Fsync after this many records (-1: leave it to flush policy).", _at_least(-1)),
+    _key("flush.ms", int, -1, "Fsync when the oldest unflushed record is this old (-1: never by time).", _at_least(-1)),
+    _key("compression.type", _compression, "producer", "Codec the broker stores with; producer keeps the producer's bytes."),
+    _key("min.insync.replicas", int, 1, "acks=all needs at least this many in-sync replicas.", _at_least(1)),
+    _key("unclean.leader.election.enable", bool, False, "Allow a replica outside the ISR to become leader (may lose data)."),
+    _key("delete.retention.ms", int, DAY_MS, "How long tombstones stay readable on compacted topics.", _at_least(0)),
+    _key("min.cleanable.dirty.ratio", float, 0.5, "Compact when this share of the log is uncleaned.", ((lambda v: 0 <= v <= 1), "between 0 and 1")),
+    _key("min.compaction.lag.ms", int, 0, "A record stays uncompacted at least this long.", _at_least(0)),
+    _key("max.compaction.lag.ms", int, 2**63 - 1, "A record becomes eligible for compaction by this age.", _at_least(1)),
+    _key("message.timestamp.difference.max.ms", int, 2**63 - 1, "Reject CreateTime timestamps further than this from the broker's clock.", _at_least(0)),
+)
+TOPIC_KEYS_BY_NAME = {k.name: k for k in TOPIC_KEYS}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    segment_bytes: int = 1024 * MIB
+    segment_ms: int = 7 * DAY_MS
+    segment_index_bytes: int = 10 * MIB
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    max_message_bytes: int = 1024 * 1024 + 12
+    cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
+    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    index_interval_bytes: int = 4096
+    flush_messages: int = -1
+    flush_ms: int = -1
+    compression_type: str = "producer"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    message_timestamp_difference_max_ms: int = 2**63 - 1
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any], base: "TopicConfig | None" = None) -> "TopicConfig":
+        """Build from ``{"segment.bytes": "1048576", ...}``; unknown names are refused."""
+        changes = {}
+        for name, raw in values.items():
+            key = TOPIC_KEYS_BY_NAME.get(name)
+            if key is None:
+                raise MqError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+            changes[key.field] = key.parse(raw)
+        return replace(base or cls(), **changes)
+
+    def to_kafka(self) -> dict[str, str]:
+        """Every setting as ``{kafka_name: string}`` (for DescribeConfigs)."""
+        out = {}
+        for key in TOPIC_KEYS:
+            value = getattr(self, key.field)
+            if isinstance(value, TimestampType):
+                value = "CreateTime" if value == TimestampType.CREATE_TIME else "LogAppendTime"
+            elif isinstance(value, CleanupPolicy):
+                value = value.value
+            elif isinstance(value, bool):
+                value = str(value).lower()
+            out[key.name] = str(value)
+        return out
+
+    def overrides(self) -> dict[str, str]:
+        """Only the settings that differ from the defaults."""
+        default = TopicConfig().to_kafka()
+        return {k: v for k, v in self.to_kafka().items() if default[k] != v}
+
+
+assert {k.field for k in TOPIC_KEYS} == {f.name for f in fields(TopicConfig)}
+
+
+BROKER_KEYS: tuple[ConfigKey, ...] = (
+    _key("node.id", int, 1, "This broker's id, unique in its region.", _at_least(0)),
+    _key("log.dirs", str, ".mq/broker-1", "Directory holding this broker's partitions and metadata log."),
+    _key("listeners", str, "127.0.0.1:9092", "host:port the native protocol listens on."),
+    _key("metrics.listener", str, "", "host:port of the Prometheus /metrics endpoint (empty: port + 10000)."),
+    _key("num.partitions", int, 1, "Partitions of a topic created without --partitions.", _at_least(1)),
+    _key("default.replication.factor", int, 1, "Replicas of a topic created without a replication factor.", _at_least(1)),
+    _key("log.flush.policy", FlushPolicy, FlushPolicy.REPLICATED, "replicated (no fsync before ack) or always (group-commit fsync before ack).", _enum_check(FlushPolicy)),
+    _key("log.retention.check.interval.ms", int, 5 * 60 * 1000, "How often retention runs.", _at_least(1)),
+    _key("log.flush.offset.checkpoint.interval.ms", int, 60 * 1000, "How often the recovery point is checkpointed.", _at_least(1)),
+    _key("socket.request.max.bytes", int, 100 * MIB, "Largest frame accepted from an authenticated client.", _at_least(1024)),
+    _key("socket.request.max.bytes.preauth", int, 512 * 1024, "Largest frame before authentication.", _at_least(1024)),
+    _key("connections.max.idle.ms", int, 10 * 60 * 1000, "Close a connection idle this long.", _at_least(1)),
+    _key("request.read.timeout.ms", int, 30 * 1000, "Close a connection that takes longer than this to send one frame.", _at_least(1)),
+    _key("max.connections", int, 10_000, "Refuse connections beyond this many.", _at_least(1)),
+    _key("queued.max.requests", int, 500, "Pipelined requests read ahead per connection before reading pauses.", _at_least(1)),
+    _key("fetch.max.bytes", int, 55 * MIB, "Largest fetch response.", _at_least(1024)),
+    _key("message.max.bytes", int, 1024 * 1024 + 12, "Default max.message.bytes for new topics.", _at_least(64)),
+    _key("log.segment.bytes", int, 1024 * MIB, "Default segment.bytes for new topics.", _at_least(1024)),
+    _key("log.retention.ms", int, 7 * DAY_MS, "Default retention.ms for new topics.", _at_least(-1)),
+    _key("log.retention.bytes", int, -1, "Default retention.bytes for new topics.", _at_least(-1)),
+)
+BROKER_KEYS_BY_NAME = {k.name: k for k in BROKER_KEYS}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int = 1
+    log_dirs: str = ".mq/broker-1"
+    listeners: str = "127.0.0.1:9092"
+    metrics_listener: str = ""
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    log_flush_policy: FlushPolicy = FlushPolicy.REPLICATED
+    log_retention_check_interval_ms: int = 5 * 60 * 1000
+    log_flush_offset_checkpoint_interval_ms: int = 60 * 1000
+    socket_request_max_bytes: int = 100 * MIB
+    socket_request_max_bytes_preauth: int = 512 * 1024
+    connections_max_idle_ms: int = 10 * 60 * 1000
+    request_read_timeout_ms: int = 30 * 1000
+    max_connections: int = 10_000
+    queued_max_requests: int = 500
+    fetch_max_bytes: int = 55 * MIB
+    message_max_bytes: int = 1024 * 1024 + 12
+    log_segment_bytes: int = 1024 * MIB
+    log_retention_ms: int = 7 * DAY_MS
+    log_retention_bytes: int = -1
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any], base: "BrokerConfig | None" = None) -> "BrokerConfig":
+        changes = {}
+        for name, raw in values.items():
+            key = BROKER_KEYS_BY_NAME.get(name)
+            if key is None:
+                raise MqError(ErrorCode.INVALID_CONFIG, f"unknown broker config {name!r}")
+            changes[key.field] = key.parse(raw)
+        return replace(base or cls(), **changes)
+
+    def topic_defaults(self) -> TopicConfig:
+        """The topic config a new topic starts from, before its own overrides."""
+        return TopicConfig(
+            segment_bytes=self.log_segment_bytes,
+            retention_ms=self.log_retention_ms,
+            retention_bytes=self.log_retention_bytes,
+            max_message_bytes=self.message_max_bytes,
+        )
+
+
+assert {k.field for k in BROKER_KEYS} == {f.name for f in fields(BrokerConfig)}

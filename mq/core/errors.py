@@ -1,0 +1,83 @@
+"""Named error codes, each marked retriable or not.
+
+Codes keep Kafka's numbers where Kafka has the same error, so a reader can look
+them up in Kafka's protocol guide; mq-only errors use numbers from 1000 up.
+Errors are values: a response carries an ``ErrorCode``; a client turns a non-zero
+code into an ``MqError`` with ``error.code.retriable`` telling it whether to retry.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    retriable: bool
+    description: str
+
+    def __new__(cls, value: int, retriable: bool = False, description: str = "") -> "ErrorCode":
+        obj = int.__new__(cls, value)
+        obj._value_ = value
+        obj.retriable = retriable
+        obj.description = description
+        return obj
+
+    UNKNOWN_SERVER_ERROR = (-1, False, "The server hit an unexpected condition; see its log.")
+    NONE = (0, False, "No error.")
+    OFFSET_OUT_OF_RANGE = (1, False, "The requested offset is outside the log's range.")
+    CORRUPT_MESSAGE = (2, True, "A record batch failed its CRC or is malformed.")
+    UNKNOWN_TOPIC = (3, True, "This server does not host this topic-partition.")
+    INVALID_FETCH_SIZE = (4, False, "The requested fetch size is invalid.")
+    LEADER_NOT_AVAILABLE = (5, True, "The partition has no leader right now (election in progress).")
+    NOT_LEADER = (6, True, "This broker is not the leader of the partition; refresh metadata.")
+    REQUEST_TIMED_OUT = (7, True, "The request timed out on the server.")
+    BROKER_NOT_AVAILABLE = (8, True, "The broker is not available.")
+    RECORD_TOO_LARGE = (10, False, "The batch is larger than max.message.bytes.")
+    NETWORK_EXCEPTION = (13, True, "The connection was closed before a response arrived.")
+    COORDINATOR_NOT_AVAILABLE = (15, True, "The coordinator is not available.")
+    NOT_COORDINATOR = (16, True, "This broker is not the coordinator for the group.")
+    INVALID_TOPIC = (17, False, "The topic name is invalid.")
+    RECORD_LIST_TOO_LARGE = (18, False, "The request's record batches exceed the size limit.")
+    NOT_ENOUGH_REPLICAS = (19, True, "Fewer in-sync replicas than min.insync.replicas.")
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = (20, True, "Appended, but the ISR shrank below the minimum.")
+    INVALID_REQUIRED_ACKS = (21, False, "acks must be 0, 1 or -1 (all).")
+    ILLEGAL_GENERATION = (22, False, "The generation id is not current.")
+    UNKNOWN_MEMBER_ID = (25, False, "The member id is not known to the coordinator.")
+    UNAUTHORIZED = (29, False, "The principal is not authorized for this operation.")
+    INVALID_TIMESTAMP = (32, False, "A record timestamp is out of the accepted range.")
+    UNSUPPORTED_VERSION = (35, False, "The API version is not supported by this broker.")
+    TOPIC_ALREADY_EXISTS = (36, False, "The topic already exists.")
+    INVALID_PARTITIONS = (37, False, "The number of partitions is invalid.")
+    INVALID_REPLICATION_FACTOR = (38, False, "The replication factor is invalid.")
+    INVALID_CONFIG = (40, False, "A configuration value is invalid.")
+    INVALID_REQUEST = (42, False, "The request is malformed.")
+    POLICY_VIOLATION = (44, False, "The request violates a configured policy.")
+    KAFKA_STORAGE_ERROR = (56, True, "The broker could not read or write its log directory.")
+    FENCED_LEADER_EPOCH = (74, True, "The leader epoch in the request is older than the broker's.")
+    UNKNOWN_LEADER_EPOCH = (75, True, "The leader epoch in the request is newer than the broker's.")
+    UNSUPPORTED_COMPRESSION_TYPE = (76, False, "The compression codec is not supported.")
+    INVALID_RECORD = (87, False, "A record failed validation.")
+    THROTTLED = (1000, True, "A quota was exceeded; back off and retry.")
+    UNSUPPORTED_API = (1001, False, "The API key is not known to this broker.")
+    FRAME_TOO_LARGE = (1002, False, "The frame exceeds the size limit.")
+    BUFFER_EXHAUSTED = (1003, True, "The producer buffer stayed full for max_block_ms.")
+    DELIVERY_TIMEOUT = (1004, False, "A record was not acknowledged within delivery_timeout_ms.")
+
+
+class MqError(Exception):
+    """An error with a code: raised by clients, carried as a value in responses."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        self.code = ErrorCode(code)
+        self.message = message or self.code.description
+        super().__init__(f"{self.code.name}: {self.message}")
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable
+
+
+def raise_for(code: int, message: str = "") -> None:
+    """Raise ``MqError`` unless ``code`` is ``NONE``."""
+    if code != ErrorCode.NONE:
+        raise MqError(ErrorCode(code), message)
