@@ -1,0 +1,1 @@
+"""The asyncio shell: sockets, timers and files around the sans-IO broker."""

@@ -83,6 +83,17 @@ def _compression(raw: Any) -> str:
     return value
 
 
+
+def _parse_changes(keys: Mapping[str, ConfigKey], values: Mapping[str, Any], kind: str) -> dict:
+    """``{kafka_name: raw}`` -> ``{field: checked value}``; unknown names are refused."""
+    changes = {}
+    for name, raw in values.items():
+        key = keys.get(name)
+        if key is None:
+            raise MqError(ErrorCode.INVALID_CONFIG, f"unknown {kind} config {name!r}")
+        changes[key.field] = key.parse(raw)
+    return changes
+
 TOPIC_KEYS: tuple[ConfigKey, ...] = (
     _key("segment.bytes", int, 1024 * MIB, "Roll a new segment when the active one reaches this size.", _at_least(1024)),
     _key("segment.ms", int, 7 * DAY_MS, "Roll a new segment when the active one is this old.", _at_least(1)),
@@ -132,13 +143,7 @@ class TopicConfig:
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "TopicConfig | None" = None) -> "TopicConfig":
         """Build from ``{"segment.bytes": "1048576", ...}``; unknown names are refused."""
-        changes = {}
-        for name, raw in values.items():
-            key = TOPIC_KEYS_BY_NAME.get(name)
-            if key is None:
-                raise MqError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
-            changes[key.field] = key.parse(raw)
-        return replace(base or cls(), **changes)
+        return replace(base or cls(), **_parse_changes(TOPIC_KEYS_BY_NAME, values, "topic"))
 
     def to_kafka(self) -> dict[str, str]:
         """Every setting as ``{kafka_name: string}`` (for DescribeConfigs)."""
@@ -213,13 +218,7 @@ class BrokerConfig:
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "BrokerConfig | None" = None) -> "BrokerConfig":
-        changes = {}
-        for name, raw in values.items():
-            key = BROKER_KEYS_BY_NAME.get(name)
-            if key is None:
-                raise MqError(ErrorCode.INVALID_CONFIG, f"unknown broker config {name!r}")
-            changes[key.field] = key.parse(raw)
-        return replace(base or cls(), **changes)
+        return replace(base or cls(), **_parse_changes(BROKER_KEYS_BY_NAME, values, "broker"))
 
     def topic_defaults(self) -> TopicConfig:
         """The topic config a new topic starts from, before its own overrides."""

@@ -1,0 +1,198 @@
+"""The asyncio shell around ``BrokerNode``: sockets, timers, group commit.
+
+Everything that decides something lives in the node; this module only moves bytes
+and time: it feeds decoded requests to the node, routes completed operations back to
+their connection, runs one group-commit fsync per event-loop turn (all appends of
+that turn share it), expires long-poll fetches, sweeps idle and slow connections, and
+calls ``node.poll`` for periodic work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+from mq.aio.connection import BrokerConnection, internal_error
+from mq.aio.metrics import BrokerMetrics
+from mq.broker.node import BrokerNode, Pending
+from mq.core.clock import Clock, SystemClock
+from mq.core.config import BrokerConfig
+from mq.core.errors import ErrorCode, MqError
+from mq.protocol.codec import RequestHeader
+from mq.protocol.messages import Request, Response
+
+log = logging.getLogger("mq.aio.server")
+
+
+class BrokerServer:
+    def __init__(self, node: BrokerNode, config: BrokerConfig, *, clock: Clock | None = None,
+                 metrics: BrokerMetrics | None = None) -> None:
+        self.node = node
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.metrics = metrics
+        self.connections: set[BrokerConnection] = set()
+        self._owners: dict[int, BrokerConnection] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._commit_scheduled = False
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.address: tuple[str, int] | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self._loop = asyncio.get_running_loop()
+        self._server = await self._loop.create_server(
+            lambda: BrokerConnection(self), host, port, reuse_address=True, backlog=1024)
+        sock = self._server.sockets[0].getsockname()
+        self.address = (sock[0], sock[1])
+        self._sweeper = asyncio.create_task(self._sweep())
+        return self.address
+
+    # ------------------------------------------------------------ connections
+
+    def register(self, conn: BrokerConnection) -> bool:
+        if len(self.connections) >= self.config.max_connections:
+            return False
+        self.connections.add(conn)
+        transport = conn.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        return True
+
+    def unregister(self, conn: BrokerConnection) -> None:
+        self.connections.discard(conn)
+
+    def warn_bad_request(self, peer: str, code: ErrorCode, message: str) -> None:
+        log.warning("bad_request peer=%s code=%s reason=%r", peer, code.name, message)
+
+    def observe(self, api: str, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_request(api, seconds)
+
+    # ------------------------------------------------------------ requests
+
+    def handle(self, peer: str, header: RequestHeader, request: Request) -> Response | Pending | None:
+        try:
+            return self.node.handle(header, request, now_ms=self.clock.wall_ms())
+        except MqError as err:
+            log.error("request_failed peer=%s api=%s code=%s reason=%r",
+                      peer, header.api_key.name, err.code.name, err.message)
+            return internal_error(err)
+        except OSError as err:
+            log.error("storage_error peer=%s api=%s error=%r", peer, header.api_key.name, err)
+            return internal_error(MqError(ErrorCode.KAFKA_STORAGE_ERROR, str(err)))
+        except Exception as err:  # a broker bug, not client input: keep the trace
+            log.exception("internal_error peer=%s api=%s", peer, header.api_key.name)
+            return internal_error(err)
+
+    def await_op(self, pending: Pending, conn: BrokerConnection) -> None:
+        self._owners[pending.op_id] = conn
+        if pending.timeout_ms is not None and self._loop is not None:
+            self._timers[pending.op_id] = self._loop.call_later(
+                pending.timeout_ms / 1000, self._expire, pending.op_id)
+
+    def _expire(self, op_id: int) -> None:
+        self._timers.pop(op_id, None)
+        self.node.expire(op_id, now_ms=self.clock.wall_ms())
+        self._deliver()
+
+    def cancel(self, op_id: int) -> None:
+        self._owners.pop(op_id, None)
+        timer = self._timers.pop(op_id, None)
+        if timer is not None:
+            timer.cancel()
+        self.node.cancel(op_id)
+
+    def after_requests(self) -> None:
+        """After a connection's requests: deliver what completed, queue the fsync."""
+        self._deliver()
+        if self.node.needs_group_commit and not self._commit_scheduled and self._loop is not None:
+            self._commit_scheduled = True
+            self._loop.call_soon(self._group_commit)
+
+    def _group_commit(self) -> None:
+        self._commit_scheduled = False
+        try:
+            self.node.group_commit(now_ms=self.clock.wall_ms())
+        except Exception:  # a broker bug: keep serving, keep the trace
+            log.exception("group_commit_failed")
+        self._deliver()
+
+    def _deliver(self) -> None:
+        for tp, err in self.node.take_corruption_reports():
+            log.warning("corrupt_data_not_served partition=%s file=%s position=%d problem=%r",
+                        tp, err.path, err.position, err.problem)
+        for op_id, response in self.node.take_completions():
+            timer = self._timers.pop(op_id, None)
+            if timer is not None:
+                timer.cancel()
+            conn = self._owners.pop(op_id, None)
+            if conn is not None:
+                conn.complete(op_id, response)
+
+    # ------------------------------------------------------------ periodic work
+
+    def _sweep_interval(self) -> float:
+        ms = min(1000, self.config.request_read_timeout_ms // 4, self.config.connections_max_idle_ms // 4)
+        return max(ms, 10) / 1000
+
+    async def _sweep(self) -> None:
+        """Close slow and idle connections; run the node's periodic work."""
+        next_poll_ms = 0
+        while True:
+            await asyncio.sleep(self._sweep_interval())
+            now = time.monotonic()
+            for conn in list(self.connections):
+                self._check_connection(conn, now)
+            wall = self.clock.wall_ms()
+            if wall >= next_poll_ms:
+                try:
+                    next_poll_ms = self.node.poll(now_ms=wall)
+                except MqError as err:
+                    log.error("periodic_work_failed code=%s reason=%r", err.code.name, err.message)
+                    next_poll_ms = wall + 1000
+                except Exception:  # a broker bug: the sweeper must not die with it
+                    log.exception("periodic_work_failed")
+                    next_poll_ms = wall + 1000
+                for tp, err in self.node.take_storage_errors():
+                    log.error("log_offline partition=%s code=%s reason=%r", tp, err.code.name, err.message)
+                self.after_requests()
+
+    def _check_connection(self, conn: BrokerConnection, now: float) -> None:
+        read_timeout = self.config.request_read_timeout_ms / 1000
+        if conn.frame_started is not None and now - conn.frame_started >= read_timeout:
+            conn.reject(ErrorCode.REQUEST_TIMED_OUT,
+                        f"incomplete frame after request.read.timeout.ms={self.config.request_read_timeout_ms}")
+        elif not conn.busy and now - conn.last_active >= self.config.connections_max_idle_ms / 1000:
+            log.info("connection_idle_closed peer=%s idle_ms=%d", conn.peer, self.config.connections_max_idle_ms)
+            conn.close()
+
+    # ------------------------------------------------------------ shutdown
+
+    async def stop(self, *, drain_timeout_s: float = 5.0) -> None:
+        """Stop accepting, answer what is in flight, flush and checkpoint, close."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.stop_reading()  # answer what is in flight, take nothing new
+        for op_id in list(self._timers):
+            self._expire(op_id)
+        self._group_commit()
+        deadline = time.monotonic() + drain_timeout_s
+        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.node.shutdown(now_ms=self.clock.wall_ms())
+        self._deliver()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()

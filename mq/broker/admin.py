@@ -1,0 +1,139 @@
+"""ApiVersions, Metadata, and the admin APIs (topics and configs).
+
+Topic changes go through the controller: it returns records, the node commits them to
+the metadata log and replays them, and only then do logs appear or disappear.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mq.core.config import BROKER_KEYS, TOPIC_KEYS_BY_NAME, BrokerConfig, TopicConfig
+from mq.core.errors import ErrorCode
+from mq.metadata.records import MetadataRecord
+from mq.protocol.codec import SUPPORTED_VERSIONS
+from mq.protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterConfigsResult,
+    ApiVersionRange,
+    ApiVersionsResponse,
+    BrokerInfo,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    MetadataRequest,
+    MetadataResponse,
+    PartitionMetadata,
+    TopicMetadata,
+)
+
+if TYPE_CHECKING:
+    from mq.broker.node import BrokerNode
+
+BROKER_SOFTWARE = "mq/0.1.0"
+
+
+def handle_api_versions() -> ApiVersionsResponse:
+    keys = [ApiVersionRange(int(k), lo, hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+    return ApiVersionsResponse(ErrorCode.NONE, keys, BROKER_SOFTWARE)
+
+
+def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataResponse:
+    """``topics=None``: every topic. Topics are never created by a Metadata request
+    (Kafka's auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC."""
+    image = node.image
+    names = list(image.topics) if request.topics is None else request.topics
+    topics = []
+    for name in names:
+        topic = image.topic(name)
+        if topic is None:
+            topics.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC, []))
+            continue
+        partitions = [
+            PartitionMetadata(p, ErrorCode.NONE, pi.leader, pi.leader_epoch, list(pi.replicas), list(pi.isr))
+            for p, pi in topic.partitions.items()
+        ]
+        topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, False, topic.topic_id))
+    broker = BrokerInfo(node.config.node_id, node.advertised_host, node.advertised_port)
+    return MetadataResponse([broker], node.config.node_id, topics, node.cluster_id)
+
+
+def handle_create_topics(node: BrokerNode, request: CreateTopicsRequest, *, now_ms: int) -> CreateTopicsResponse:
+    result = node.controller.create_topics(request, now_ms=now_ms)
+    node.commit(result.records, now_ms=now_ms)
+    return result.response
+
+
+def handle_delete_topics(node: BrokerNode, request: DeleteTopicsRequest, *, now_ms: int) -> DeleteTopicsResponse:
+    result = node.controller.delete_topics(request, now_ms=now_ms)
+    node.commit(result.records, now_ms=now_ms)
+    return result.response
+
+
+def handle_alter_configs(node: BrokerNode, request: AlterConfigsRequest, *, now_ms: int) -> AlterConfigsResponse:
+    records: list[MetadataRecord] = []
+    results = []
+    for resource in request.resources:
+        if resource.resource_type == ConfigResourceType.TOPIC:
+            result = node.controller.alter_topic_configs(resource, validate_only=request.validate_only)
+            records.extend(result.records)
+            results.append(result.response)
+        elif resource.resource_type == ConfigResourceType.BROKER:
+            results.append(AlterConfigsResult(
+                resource.resource_type, resource.resource_name, ErrorCode.INVALID_CONFIG,
+                "broker configs are static: restart the broker with --config name=value"))
+        else:
+            results.append(AlterConfigsResult(
+                resource.resource_type, resource.resource_name, ErrorCode.INVALID_REQUEST,
+                f"unknown resource type {resource.resource_type}"))
+    node.commit(records, now_ms=now_ms)
+    return AlterConfigsResponse(results)
+
+
+def handle_describe_configs(node: BrokerNode, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    return DescribeConfigsResponse([_describe(node, r) for r in request.resources])
+
+
+def _describe(node: BrokerNode, resource: ConfigResource) -> DescribeConfigsResult:
+    kind, name = resource.resource_type, resource.resource_name
+    wanted = None if resource.config_names is None else set(resource.config_names)
+    if kind == ConfigResourceType.TOPIC:
+        topic = node.image.topic(name)
+        if topic is None:
+            return DescribeConfigsResult(kind, name, ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        values = node.topic_config(name).to_kafka()
+        entries = [
+            ConfigEntry(key, value, key not in topic.configs, False, TOPIC_KEYS_BY_NAME[key].doc)
+            for key, value in values.items() if wanted is None or key in wanted
+        ]
+        return DescribeConfigsResult(kind, name, ErrorCode.NONE, "", entries)
+    if kind == ConfigResourceType.BROKER:
+        if name not in ("", str(node.config.node_id)):
+            return DescribeConfigsResult(kind, name, ErrorCode.INVALID_REQUEST,
+                                         f"this is broker {node.config.node_id}, not {name!r}")
+        entries = [e for e in broker_config_entries(node.config) if wanted is None or e.name in wanted]
+        return DescribeConfigsResult(kind, name, ErrorCode.NONE, "", entries)
+    return DescribeConfigsResult(kind, name, ErrorCode.INVALID_REQUEST, f"unknown resource type {kind}")
+
+
+def broker_config_entries(config: BrokerConfig) -> list[ConfigEntry]:
+    """Broker settings as read-only entries (they are fixed at start-up)."""
+    default = BrokerConfig()
+    out = []
+    for key in BROKER_KEYS:
+        value = getattr(config, key.field)
+        text = value.value if hasattr(value, "value") else str(value)
+        out.append(ConfigEntry(key.name, str(text), value == getattr(default, key.field), True, key.doc))
+    return out
+
+
+def topic_config(broker: BrokerConfig, overrides: dict[str, str] | None) -> TopicConfig:
+    return TopicConfig.from_kafka(overrides or {}, base=broker.topic_defaults())

@@ -1,0 +1,82 @@
+"""ListOffsets (earliest, latest, by timestamp) and DeleteRecords."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mq.broker.fetch import check_leader_epoch
+from mq.core.errors import ErrorCode, MqError
+from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
+from mq.protocol.messages import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+
+if TYPE_CHECKING:
+    from mq.broker.node import BrokerNode
+
+
+def handle_list_offsets(node: BrokerNode, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    topics = []
+    for topic in request.topics:
+        results = [_list_offset(node, TopicPartition(topic.name, p.partition), p) for p in topic.partitions]
+        topics.append(ListOffsetsTopicResponse(topic.name, results))
+    return ListOffsetsResponse(topics)
+
+
+def _list_offset(node: BrokerNode, tp: TopicPartition, p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
+    partition = node.partitions.get(tp)
+    if partition is None:
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.UNKNOWN_TOPIC)
+    epoch = partition.leader_epoch
+    epoch_error = check_leader_epoch(p.current_leader_epoch, epoch)
+    if epoch_error is not None:
+        return ListOffsetsPartitionResponse(tp.partition, epoch_error)
+    hw = partition.high_watermark
+    if p.timestamp == LATEST_TIMESTAMP:
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, hw, epoch)
+    if p.timestamp == EARLIEST_TIMESTAMP:
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, partition.log_start_offset, epoch)
+    if p.timestamp < 0:
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.INVALID_REQUEST)
+    found = partition.log.offset_for_timestamp(p.timestamp)
+    if found is None or found[0] >= hw:
+        # Kafka: no record at or after the timestamp (among committed ones) -> -1.
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, -1, epoch)
+    offset, timestamp = found
+    return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, timestamp, offset, epoch)
+
+
+def handle_delete_records(node: BrokerNode, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics = []
+    for topic in request.topics:
+        results = []
+        for p in topic.partitions:
+            results.append(_delete_records(node, TopicPartition(topic.name, p.partition), p.offset))
+        topics.append(DeleteRecordsTopicResult(topic.name, results))
+    return DeleteRecordsResponse(topics)
+
+
+def _delete_records(node: BrokerNode, tp: TopicPartition, offset: int) -> DeleteRecordsPartitionResult:
+    partition = node.partitions.get(tp)
+    if partition is None:
+        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.UNKNOWN_TOPIC)
+    hw = partition.high_watermark
+    target = hw if offset == -1 else offset
+    if target < 0 or target > hw:
+        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, partition.log_start_offset)
+    if target <= partition.log_start_offset:
+        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, partition.log_start_offset)
+    try:
+        low = partition.log.delete_records(target)
+    except MqError as err:
+        return DeleteRecordsPartitionResult(tp.partition, err.code, partition.log_start_offset)
+    node.log_start_moved(partition)
+    return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, low)

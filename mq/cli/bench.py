@@ -1,0 +1,33 @@
+"""``mq bench ...``: the benchmarks of ``loadtests/bench.py``, with peers side by side.
+
+Every argument after ``bench`` is handed to ``loadtests.bench.main(argv)`` untouched
+(``mq bench --help`` shows the benchmark's own options).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mq.cli.common import CliError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="run the throughput and latency benchmarks (loadtests.bench)", add_help=False,
+        description="Run loadtests.bench with the remaining arguments; `mq bench --help` lists them.",
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="arguments for loadtests.bench (see `mq bench --help`)")
+    p.set_defaults(func=lambda args: run_bench_argv(args.args))
+
+
+def run_bench_argv(argv: list[str]) -> int:
+    try:
+        from loadtests import bench
+    except ImportError as exc:
+        raise CliError(
+            f"the benchmarks are not importable ({exc})",
+            "run from a clone of the mq repository with `pip install -e \".[dev]\"` "
+            "(loadtests/ ships with the source, not with every install)",
+        ) from None
+    return int(bench.main(list(argv)) or 0)

@@ -1,0 +1,182 @@
+"""What every ``mq`` command shares: the argument parser, ``--bootstrap``, and errors
+turned into one line that says what was wrong and what to do.
+
+A user error never shows a Python traceback (``MQ_DEBUG=1`` shows it): commands raise
+``CliError(what, todo)`` or let an ``MqError`` / ``OSError`` escape, and ``main``
+prints ``error: <what> — <what to do>`` on stderr and exits with a non-zero code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from mq.core.errors import ErrorCode, MqError
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A failure the user can act on: ``what`` went wrong, ``todo`` says what to do."""
+
+    def __init__(self, what: str, todo: str, *, exit_code: int = 1) -> None:
+        self.what = what
+        self.todo = todo
+        self.exit_code = exit_code
+        super().__init__(f"{what} — {todo}")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with mq's error line instead of a usage dump, and a fixed help width."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(message, f"see `{self.prog} --help`", exit_code=EXIT_USAGE)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """argparse type for ``k=v`` (``--config retention.ms=60000``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (for example retention.ms=60000)")
+    return key.strip(), value
+
+
+def host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:9092)")
+    return text
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap", metavar="HOST:PORT[,...]", default=None,
+        help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    value = getattr(args, "bootstrap", None) or os.environ.get("MQ_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    for address in value.split(","):
+        try:
+            host_port(address.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"bad --bootstrap: {exc}", "pass --bootstrap HOST:PORT[,HOST:PORT...]",
+                           exit_code=EXIT_USAGE) from None
+    return value
+
+
+def no_broker(bootstrap: str) -> CliError:
+    return CliError(f"no broker at {bootstrap}", "start one with `mq up` or pass --bootstrap")
+
+
+def require_broker(bootstrap: str) -> None:
+    """Fail fast, with the right words, when nothing answers at ``bootstrap``.
+
+    The client would retry a refused connection until its timeouts; a command line
+    tool should say at once that no broker runs there.
+    """
+    from mq.deploy.probe import first_answering
+
+    if first_answering([a.strip() for a in bootstrap.split(",")], timeout_s=3.0) is None:
+        raise no_broker(bootstrap)
+
+
+def unknown_topic(topic: str) -> CliError:
+    return CliError(f"topic {topic!r} does not exist",
+                    "list topics with `mq topic list` or create it with `mq topic create`")
+
+
+_HINTS: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN_TOPIC: "list topics with `mq topic list` or create it with `mq topic create`",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "pick another name, or look at it with `mq topic describe`",
+    ErrorCode.INVALID_CONFIG: "use Kafka's topic config names and values, e.g. --config retention.ms=86400000",
+    ErrorCode.INVALID_PARTITIONS: "use --partitions 1 or more",
+    ErrorCode.INVALID_REPLICATION_FACTOR: "use a --replication-factor no larger than the number of brokers",
+    ErrorCode.INVALID_TOPIC: "use letters, digits, '.', '_' and '-' (at most 249 characters)",
+    ErrorCode.RECORD_TOO_LARGE: "send smaller records or raise max.message.bytes with `mq topic alter-config`",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "see the valid range with `mq topic describe`",
+    ErrorCode.INVALID_TIMESTAMP: "check the record timestamps and the topic's message.timestamp.* configs",
+    ErrorCode.UNSUPPORTED_VERSION: "use an mq client and broker from the same release",
+    ErrorCode.DELIVERY_TIMEOUT: "check the broker (`mq status`) and retry",
+}
+
+
+def explain(exc: BaseException, bootstrap: str | None) -> CliError:
+    """Turn any exception a command lets escape into a ``CliError``."""
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, MqError):
+        hint = _HINTS.get(exc.code)
+        if hint is None:
+            hint = ("retry; if it persists, look at the broker log (`mq status` shows where)"
+                    if exc.code.retriable else "see `mq --help`")
+        what = exc.message if exc.code.name in exc.message else f"{exc.code.name}: {exc.message}"
+        return CliError(what, hint)
+    if isinstance(exc, ConnectionRefusedError) and bootstrap:
+        return no_broker(bootstrap)
+    if isinstance(exc, (ConnectionError, TimeoutError)) and bootstrap:
+        return CliError(f"lost or timed out talking to the broker at {bootstrap} ({exc.__class__.__name__})",
+                        "check it with `mq status` (and its log), or pass --bootstrap")
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return CliError(f"{exc.strerror or exc}{where}", "check the path and its permissions")
+    return CliError(f"unexpected {exc.__class__.__name__}: {exc}",
+                    "this is a bug in mq; rerun with MQ_DEBUG=1 and report the traceback")
+
+
+def print_error(err: CliError) -> None:
+    print(f"error: {err.what} — {err.todo}", file=sys.stderr)
+
+
+def debug() -> bool:
+    return os.environ.get("MQ_DEBUG", "") not in ("", "0")
+
+
+def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The partition numbers of ``topic``, asked of the first broker that answers.
+
+    Used before producing or consuming so that "no broker" and "no such topic" are
+    said at once, in words, rather than after the client's retries time out.
+    """
+    from mq.core.errors import ErrorCode as Code
+    from mq.deploy.probe import ProbeError, request
+    from mq.protocol.messages import MetadataRequest, MetadataResponse
+
+    response = None
+    for address in [a.strip() for a in bootstrap.split(",")]:
+        try:
+            response = request(address, MetadataRequest(topics=[topic]), timeout_s=5.0)
+            break
+        except ProbeError:
+            continue
+    if response is None:
+        raise no_broker(bootstrap)
+    if not isinstance(response, MetadataResponse):
+        raise CliError(f"the broker refused the metadata request: {response}", "see the broker log")
+    for t in response.topics:
+        if t.name == topic:
+            if t.error_code == Code.UNKNOWN_TOPIC:
+                raise unknown_topic(topic)
+            if t.error_code != Code.NONE:
+                raise MqError(Code(t.error_code), f"topic {topic!r}")
+            return sorted(p.partition for p in t.partitions)
+    raise unknown_topic(topic)
+
+
+def check_partition(topic: str, partition: int | None, partitions: list[int]) -> None:
+    if partition is not None and partition not in partitions:
+        raise CliError(f"topic {topic!r} has no partition {partition} (it has {len(partitions)})",
+                       f"use --partition 0..{len(partitions) - 1}, or see `mq topic describe {topic}`")

@@ -1,0 +1,171 @@
+"""``mq consume TOPIC``: print records, like Kafka's console consumer.
+
+Without ``--partition`` every partition of the topic is assigned (no consumer group:
+positions are not committed). Output is the value per line (``--format text``, raw
+bytes) or one JSON object per record (``--format json``; bytes as described in
+``mq.cli.records``). It stops after ``--max-messages`` records, or when
+``--timeout-ms`` passes without a new record; Ctrl-C and a closed pipe end it quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import datetime
+from typing import Any, BinaryIO
+
+from mq.cli.common import CliError, add_bootstrap, check_partition, topic_partitions
+from mq.cli.records import bytes_to_json, headers_to_json
+from mq.core.types import TopicPartition
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "consume", help="print records of a topic",
+        description="Print the records of a topic, by default only new ones.\n"
+                    "JSON output: one object per line with topic, partition, offset, key, value,\n"
+                    'timestamp (ms) and headers ([[name, value], ...]); bytes that are not UTF-8\n'
+                    'appear as {"base64": "..."}.',
+    )
+    p.add_argument("topic", metavar="TOPIC", help="topic name")
+    add_bootstrap(p)
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    start.add_argument("--offset", type=_offset, metavar="N",
+                       help="start at offset N (or 'earliest' / 'latest') in each consumed partition")
+    start.add_argument("--from-time", type=_iso_time_ms, metavar="ISO8601",
+                       help="start at the first record with timestamp >= this, e.g. 2026-11-25T14:30:00Z "
+                            "(no zone: local time)")
+    p.add_argument("--partition", type=int, metavar="P", help="consume only partition P (default: all)")
+    p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
+    p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
+                   "(default: wait forever)")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text: the value (raw bytes) per line; json: one object per record (default: text)")
+    p.add_argument("--print-key", action="store_true", help="text format: print KEY<TAB>VALUE")
+    p.set_defaults(func=run_consume)
+
+
+def _offset(text: str) -> int | str:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an offset (a number, earliest or latest)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: offsets start at 0")
+    return value
+
+
+def _iso_time_ms(text: str) -> int:
+    """ISO-8601 (``2026-11-25T14:30:00Z``, ``2026-11-25 14:30+01:00``, ``2026-11-25``)
+    or epoch milliseconds -> epoch milliseconds. No zone means local time."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO-8601 time (for example 2026-11-25T14:30:00Z)") from None
+    return int(moment.astimezone().timestamp() * 1000)
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    if args.max_messages is not None and args.max_messages < 1:
+        raise CliError("--max-messages must be at least 1", "omit it to consume without a limit")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CliError("--timeout-ms must not be negative", "omit it to wait forever")
+    partitions = topic_partitions(args.bootstrap, args.topic)
+    check_partition(args.topic, args.partition, partitions)
+    if args.partition is not None:
+        partitions = [args.partition]
+    progress = _Progress()
+    try:
+        asyncio.run(_consume(args, partitions, sys.stdout.buffer, progress))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        print(f"Processed a total of {progress.count} messages", file=sys.stderr)
+    return 0
+
+
+async def _consume(args: argparse.Namespace, partitions: list[int], out: BinaryIO,
+                   progress: _Progress) -> None:
+    from mq.client import Consumer
+
+    tps = [TopicPartition(args.topic, p) for p in partitions]
+    consumer = Consumer(args.bootstrap, auto_offset_reset="earliest" if args.from_beginning else "latest",
+                        client_id="mq-console-consumer")
+    async with consumer:
+        await consumer.partitions_for(args.topic)  # leaders known before the first fetch
+        consumer.assign(tps)
+        _seek(consumer, tps, args)
+        # Resolve the start offsets now (seeks are lazy) so the first poll fetches at once.
+        await asyncio.gather(*(consumer.position(tp) for tp in tps))
+        write = _json_writer(out) if args.format == "json" else _text_writer(out, args.print_key)
+        last_record = time.monotonic()
+        while args.max_messages is None or progress.count < args.max_messages:
+            wait_ms = 500
+            if args.timeout_ms is not None:
+                left_ms = args.timeout_ms - (time.monotonic() - last_record) * 1000
+                if left_ms <= 0:
+                    break
+                wait_ms = int(min(wait_ms, max(1, left_ms)))
+            left = None if args.max_messages is None else args.max_messages - progress.count
+            records = await consumer.poll(timeout_ms=wait_ms, max_records=left)
+            if not records:
+                continue
+            last_record = time.monotonic()
+            for record in records:
+                write(record)
+                progress.count += 1
+                if progress.count == args.max_messages:
+                    break
+            out.flush()
+
+
+def _seek(consumer: Any, tps: list[TopicPartition], args: argparse.Namespace) -> None:
+    if args.from_beginning or args.offset == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif args.from_time is not None:
+        consumer.seek_to_timestamp(args.from_time, *tps)
+    elif isinstance(args.offset, int):
+        for tp in tps:
+            consumer.seek(tp, args.offset)
+    else:
+        consumer.seek_to_end(*tps)
+
+
+def _text_writer(out: BinaryIO, print_key: bool):
+    def write(record: Any) -> None:
+        value = b"null" if record.value is None else bytes(record.value)
+        if print_key:
+            key = b"null" if record.key is None else bytes(record.key)
+            out.write(key + b"\t" + value + b"\n")
+        else:
+            out.write(value + b"\n")
+    return write
+
+
+def _json_writer(out: BinaryIO):
+    def write(record: Any) -> None:
+        doc = {
+            "topic": record.topic, "partition": record.partition, "offset": record.offset,
+            "key": bytes_to_json(record.key), "value": bytes_to_json(record.value),
+            "timestamp": record.timestamp, "headers": headers_to_json(record.headers),
+        }
+        out.write(json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n")
+    return write

@@ -1,0 +1,236 @@
+"""ClusterClient: connections by broker, metadata refresh, request routing (Kafka's
+``NetworkClient`` + ``Metadata`` updater), shared by Producer, Consumer and Admin.
+
+Connections are keyed by address, one per broker. A failed connect puts the address in
+exponential backoff (``reconnect_backoff_ms`` doubling up to ``reconnect_backoff_max_ms``).
+Metadata is asked of known brokers first, then of the bootstrap addresses in a seeded
+rotation, moving on after each failure; only one refresh runs at a time and everyone
+waiting for it shares its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+from mq.client.connection import BrokerConnection
+from mq.client.internals.metadata import Metadata, parse_bootstrap
+from mq.core.clock import Clock, SystemClock
+from mq.core.errors import ErrorCode, MqError
+from mq.core.rng import Rng
+from mq.protocol.messages import MetadataRequest, Request, Response
+
+log = logging.getLogger("mq.client")
+
+Address = tuple[str, int]
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str, *, client_id: str, request_timeout_ms: int = 30_000,
+                 connect_timeout_ms: int = 10_000, retry_backoff_ms: int = 100,
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
+                 metadata_max_age_ms: int = 300_000, clock: Clock | None = None,
+                 seed: int | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.rng = Rng(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
+        try:
+            addresses = parse_bootstrap(bootstrap)
+        except ValueError as exc:
+            raise MqError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        self.metadata = Metadata(addresses, self.rng.fork("bootstrap"),
+                                 retry_backoff_ms=retry_backoff_ms,
+                                 metadata_max_age_ms=metadata_max_age_ms)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self._connections: dict[Address, BrokerConnection] = {}
+        self._connecting: dict[Address, asyncio.Task] = {}
+        self._backoff: dict[Address, tuple[int, int]] = {}  # address -> (retry at ms, backoff ms)
+        self._refresh: asyncio.Task | None = None
+        self.listeners: list[Callable[[], None]] = []  # called on metadata change / connect
+        self.closed = False
+
+    def now_ms(self) -> int:
+        return self.clock.monotonic_ms()
+
+    def _notify(self) -> None:
+        for listener in self.listeners:
+            listener()
+
+    # ------------------------------------------------------------------ connections
+
+    def address_of(self, node_id: int) -> Address | None:
+        node = self.metadata.node(node_id)
+        return (node.host, node.port) if node is not None else None
+
+    def backoff_remaining_ms(self, address: Address) -> int:
+        entry = self._backoff.get(address)
+        return max(0, entry[0] - self.now_ms()) if entry else 0
+
+    def ready_connection(self, node_id: int) -> BrokerConnection | None:
+        """The node's connection if usable now; otherwise start connecting (unless in
+        backoff) and return None. Listeners are told when the connect finishes."""
+        address = self.address_of(node_id)
+        if address is None:
+            return None
+        conn = self._connections.get(address)
+        if conn is not None and conn.connected:
+            conn.node_id = node_id  # first opened for bootstrap (-1) before ids were known
+            return conn
+        if address not in self._connecting and not self.backoff_remaining_ms(address):
+            task = asyncio.get_running_loop().create_task(self._connect_quietly(node_id, address))
+            self._connecting[address] = task
+        return None
+
+    async def _connect_quietly(self, node_id: int, address: Address) -> None:
+        try:
+            await self._connect(node_id, address)
+        except MqError as exc:
+            log.info("event=connect_failed node=%s address=%s:%s error=%s", node_id, *address, exc)
+            self.metadata.request_update()
+        finally:
+            self._notify()
+
+    async def _connect(self, node_id: int, address: Address) -> BrokerConnection:
+        conn = self._connections.get(address)
+        if conn is not None and conn.connected:
+            return conn
+        try:
+            conn = await BrokerConnection.open(
+                node_id, address[0], address[1], client_id=self.client_id,
+                request_timeout_ms=self.request_timeout_ms,
+                connect_timeout_ms=self.connect_timeout_ms)
+        except MqError:
+            previous = self._backoff.get(address, (0, self.reconnect_backoff_ms // 2))[1]
+            backoff = min(self.reconnect_backoff_max_ms, max(self.reconnect_backoff_ms, previous * 2))
+            self._backoff[address] = (self.now_ms() + backoff, backoff)
+            raise
+        finally:
+            self._connecting.pop(address, None)
+        if self.closed:
+            conn.close()
+            raise MqError(ErrorCode.NETWORK_EXCEPTION, "client closed")
+        self._backoff.pop(address, None)
+        self._connections[address] = conn
+        return conn
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """A connection to ``node_id``, waiting out a backoff if needed."""
+        address = self.address_of(node_id)
+        if address is None:
+            await self.refresh_metadata()
+            address = self.address_of(node_id)
+            if address is None:
+                raise MqError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the cluster")
+        wait = self.backoff_remaining_ms(address)
+        if wait:
+            await asyncio.sleep(wait / 1000)
+        pending = self._connecting.get(address)
+        if pending is not None:
+            await asyncio.shield(pending)
+            conn = self._connections.get(address)
+            if conn is not None and conn.connected:
+                return conn
+        return await self._connect(node_id, address)
+
+    # ------------------------------------------------------------------ metadata
+
+    def refresh_in_background(self) -> None:
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self._do_refresh()
+        except MqError as exc:
+            log.info("event=metadata_refresh_failed error=%s", exc)
+
+    async def refresh_metadata(self) -> None:
+        """Refresh now (joining a refresh already running); raises if no broker answers."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._do_refresh())
+        await asyncio.shield(self._refresh)
+
+    async def _do_refresh(self) -> None:
+        md = self.metadata
+        md.attempt_started(self.now_ms())
+        errors = []
+        candidates = md.metadata_candidates()
+        # Addresses in backoff go last, not away: with every broker down we still try.
+        candidates.sort(key=lambda a: self.backoff_remaining_ms(a) > 0)
+        for address in candidates:
+            try:
+                conn = self._connections.get(address)
+                if conn is None or not conn.connected:
+                    conn = await self._connect(-1, address)
+                response = await conn.request(MetadataRequest(topics=md.request_topics()))
+            except MqError as exc:
+                errors.append(f"{address[0]}:{address[1]}: {exc}")
+                continue
+            md.update(response, self.now_ms())  # type: ignore[arg-type]
+            self._notify()
+            return
+        md.update_failed(self.now_ms())
+        self._notify()
+        raise MqError(ErrorCode.NETWORK_EXCEPTION,
+                      "no broker answered a metadata request (" + "; ".join(errors) + ")")
+
+    async def wait_for_topic(self, topic: str, deadline_ms: int) -> int:
+        """Partition count of ``topic``, refreshing metadata until it is known or the deadline."""
+        md = self.metadata
+        md.add_topics(topic)
+        last_error: MqError | None = None
+        while True:
+            count = md.partition_count(topic)
+            if count:
+                return count
+            if self.now_ms() >= deadline_ms:
+                err = md.topic_error(topic)
+                if err is not None:
+                    raise MqError(err, f"topic {topic!r}: {err.description}")
+                raise last_error or MqError(ErrorCode.UNKNOWN_TOPIC,
+                                            f"topic {topic!r} not in metadata in time")
+            md.request_update()
+            wait = md.time_to_next_update_ms(self.now_ms())  # the refresh backoff
+            if wait:
+                await asyncio.sleep(min(wait, max(1, deadline_ms - self.now_ms())) / 1000)
+                continue
+            try:
+                await self.refresh_metadata()
+            except MqError as exc:
+                last_error = exc
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, node_id: int, request: Request) -> Response:
+        conn = await self.connection(node_id)
+        return await conn.request(request)
+
+    async def request_any(self, request: Request) -> Response:
+        """Send to any broker (a connected one first): for cluster-wide admin requests."""
+        for conn in list(self._connections.values()):
+            if conn.connected:
+                try:
+                    return await conn.request(request)
+                except MqError as exc:
+                    if exc.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                        raise
+        await self.refresh_metadata()
+        for conn in list(self._connections.values()):
+            if conn.connected:
+                return await conn.request(request)
+        raise MqError(ErrorCode.NETWORK_EXCEPTION, "no broker reachable")
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+        for task in list(self._connecting.values()):
+            task.cancel()
+        for conn in list(self._connections.values()):
+            conn.close()
+        self._connections.clear()

@@ -1,0 +1,404 @@
+"""The asyncio Producer: partitioner + RecordAccumulator in front, a Sender task behind.
+
+``send()`` is a plain method, not a coroutine: it picks the partition, appends the
+record to the open batch of that partition and returns a ``RecordFuture`` at once
+(Kafka's ``send`` returning a Future). Awaiting the future gives the record's
+``RecordMetadata`` once the batch is acknowledged. No coroutine, task or asyncio
+future is created per record: a RecordFuture is the batch's future plus an index.
+
+When ``buffer_memory`` is used up, or the topic's metadata is not known yet, the
+record waits in a FIFO (so order is kept) until memory frees or metadata arrives; after
+``max_block_ms`` its future fails with BUFFER_EXHAUSTED (or the metadata error).
+``send_nowait`` never waits: it raises BUFFER_EXHAUSTED at once instead.
+
+The Sender task (``mq.client.sender_loop``) drains batches that are full, lingered
+``linger_ms``, or flushed, to each partition's leader, with up to ``max_in_flight``
+requests per connection, and applies retries, metadata refreshes and delivery timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+from mq.client.cluster import ClusterClient
+from mq.client.internals.accumulator import (
+    NEW_BATCH_NEEDED,
+    NO_MEMORY,
+    PartitionQueue,
+    ProducerBatch,
+    RecordAccumulator,
+)
+from mq.client.internals.partitioner import KeyPartitioner, StickyPartitioner
+from mq.client.internals.sender import RetryPolicy
+from mq.client.results import PendingRecordFuture, RecordFuture, RecordMetadataList
+from mq.client.sender_loop import Sender
+from mq.core.clock import Clock
+from mq.core.errors import ErrorCode, MqError
+from mq.core.types import Acks, CompressionType, RecordMetadata, TopicPartition
+
+KIB = 1024
+MIB = 1024 * 1024
+
+HeadersArg = Mapping[str, bytes] | Sequence[tuple[str, bytes]] | None
+
+
+def _headers(headers: HeadersArg) -> tuple[tuple[str, bytes], ...]:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = tuple((str(k), v if isinstance(v, bytes) else bytes(v)) for k, v in items)
+    return out
+
+
+class _Route:
+    """A topic's partitions as the hot path needs them (rebuilt on metadata change)."""
+
+    __slots__ = ("available", "sticky", "tps")
+
+    def __init__(self, tps: list[PartitionQueue], available: list[int]) -> None:
+        self.tps = tps  # the accumulator's queue per partition, by partition number
+        self.available = available
+        self.sticky = -1  # cached StickyPartitioner choice; -1: ask it
+
+
+_time_ns = time.time_ns
+_monotonic = time.monotonic
+_new_future = tuple.__new__
+
+
+def _acks(acks: int | str) -> int:
+    if acks in ("all", -1, "-1"):
+        return int(Acks.ALL)
+    if str(acks) in ("0", "1"):
+        return int(acks)
+    raise MqError(ErrorCode.INVALID_CONFIG, f"acks must be 0, 1 or 'all', not {acks!r}")
+
+
+class Producer:
+    def __init__(self, bootstrap: str = "localhost:9092", *, acks: int | str = 1,
+                 linger_ms: int = 5, batch_size: int = 64 * KIB, buffer_memory: int = 32 * MIB,
+                 max_block_ms: int = 60_000, compression: str | CompressionType | None = None,
+                 max_in_flight: int = 5, retries: int = 2**31 - 1, retry_backoff_ms: int = 100,
+                 delivery_timeout_ms: int = 120_000, request_timeout_ms: int = 30_000,
+                 max_request_size: int = 1 * MIB, metadata_max_age_ms: int = 300_000,
+                 client_id: str = "mq-producer", clock: Clock | None = None,
+                 seed: int | None = None) -> None:
+        try:
+            codec = CompressionType.parse(compression)
+        except (KeyError, ValueError):
+            raise MqError(ErrorCode.INVALID_CONFIG,
+                          f"compression must be none, gzip, lz4 or zstd, not {compression!r}") from None
+        self.acks = _acks(acks)
+        self.max_block_ms = max_block_ms
+        self.batch_size = batch_size
+        self.cluster = ClusterClient(bootstrap, client_id=client_id,
+                                     request_timeout_ms=request_timeout_ms,
+                                     retry_backoff_ms=retry_backoff_ms,
+                                     metadata_max_age_ms=metadata_max_age_ms, clock=clock, seed=seed)
+        self.accumulator = RecordAccumulator(
+            batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory,
+            compression=codec, delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms, future_factory=self._new_batch_future)
+        self.sender = Sender(self.cluster, self.accumulator,
+                             RetryPolicy(retries=retries, delivery_timeout_ms=delivery_timeout_ms),
+                             acks=self.acks, max_in_flight=max_in_flight,
+                             max_request_size=max_request_size,
+                             request_timeout_ms=request_timeout_ms,
+                             on_memory_freed=self._on_memory_freed)
+        self._keys = KeyPartitioner()
+        self._sticky = StickyPartitioner(self.cluster.rng.fork("sticky"))
+        self._routes: dict[str, _Route] = {}
+        self._blocked: deque[tuple] = deque()
+        self._blocked_task: asyncio.Task | None = None
+        self._memory_freed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self.cluster.listeners.append(self._on_metadata)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect and learn the cluster (also done lazily by the first send)."""
+        self._ensure_started()
+        await self.cluster.refresh_metadata()
+
+    def _ensure_started(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._memory_freed = asyncio.Event()
+            self.sender.start()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _new_batch_future(self) -> asyncio.Future:
+        return self._loop.create_future()  # type: ignore[union-attr]
+
+    def _on_metadata(self) -> None:
+        md = self.cluster.metadata
+        routes = {}
+        for topic in md.topics:
+            count = md.partition_count(topic)
+            if count:
+                route = _Route([self.accumulator.queue_for(TopicPartition(topic, p))
+                                for p in range(count)], md.available_partitions(topic))
+                old = self._routes.get(topic)
+                if old is not None and old.sticky < count:
+                    route.sticky = old.sticky
+                routes[topic] = route
+        self._routes = routes
+        self.sender.wakeup()
+        if self._blocked and self._memory_freed is not None:
+            self._memory_freed.set()
+
+    def _on_memory_freed(self) -> None:
+        if self._blocked and self._memory_freed is not None:
+            self._memory_freed.set()
+
+    # ------------------------------------------------------------------ per-record path
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: HeadersArg = None, partition: int | None = None,
+             timestamp_ms: int | None = None) -> RecordFuture | PendingRecordFuture:
+        """Append one record; returns an awaitable RecordFuture (see the module docstring)."""
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        if key is None and partition is None and not headers and not self._blocked:
+            # The common keyless case, inlined: one accumulator call, one tuple.
+            route = self._routes.get(topic)
+            if route is not None and route.sticky >= 0 and not self._closed:
+                batch = self.accumulator.append(route.tps[route.sticky], timestamp_ms, None,
+                                                value, ())
+                if type(batch) is ProducerBatch:
+                    return _new_future(RecordFuture, (batch, batch.record_count - 1, timestamp_ms))
+        hdrs = _headers(headers) if headers else ()
+        if not self._blocked:
+            fut = self._try_append(topic, partition, key, value, hdrs, timestamp_ms)
+            if fut is not None:
+                return fut
+        return self._block(topic, partition, key, value, hdrs, timestamp_ms)
+
+    def send_nowait(self, topic: str, value: bytes | None, key: bytes | None = None,
+                    headers: HeadersArg = None, partition: int | None = None,
+                    timestamp_ms: int | None = None) -> RecordFuture | PendingRecordFuture:
+        """Like ``send`` but never waits: BUFFER_EXHAUSTED (or UNKNOWN_TOPIC while the
+        topic's metadata is unknown) is raised at once."""
+        hdrs = _headers(headers) if headers else ()
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        fut = None if self._blocked else self._try_append(topic, partition, key, value, hdrs,
+                                                          timestamp_ms)
+        if fut is None:
+            if topic not in self._routes:
+                self._ensure_started()
+                self.cluster.metadata.add_topics(topic)
+                self.cluster.refresh_in_background()
+                raise MqError(ErrorCode.UNKNOWN_TOPIC,
+                              f"metadata for {topic!r} is not known yet (use send() to wait)")
+            raise MqError(ErrorCode.BUFFER_EXHAUSTED,
+                          f"buffer_memory={self.accumulator.buffer_memory} is full")
+        return fut
+
+    def _try_append(self, topic: str, partition: int | None, key: bytes | None,
+                    value: bytes | None, headers: tuple, timestamp_ms: int) -> RecordFuture | None:
+        """Append now if metadata and memory allow; None otherwise. Runs once per record."""
+        route = self._routes.get(topic)
+        if route is None or self._closed:
+            if self._closed:
+                raise MqError(ErrorCode.INVALID_REQUEST, "producer is closed")
+            return None
+        tps = route.tps
+        acc = self.accumulator
+        if partition is None and key is None:
+            p = route.sticky
+            if p < 0:
+                p = route.sticky = self._sticky.partition(topic, route.available, len(tps))
+            queue = tps[p]
+            batch = acc.append(queue, timestamp_ms, key, value, headers)
+            if batch is NEW_BATCH_NEEDED:  # KIP-480: a new batch means a new sticky partition
+                p = route.sticky = self._sticky.on_new_batch(topic, p, route.available, len(tps))
+                queue = tps[p]
+                batch = acc.append(queue, timestamp_ms, key, value, headers)
+        else:
+            if partition is None:
+                p = self._keys.partition_for_key(key, len(tps))  # type: ignore[arg-type]
+            elif 0 <= partition < len(tps):
+                p = partition
+            else:
+                raise MqError(ErrorCode.INVALID_PARTITIONS,
+                              f"{topic!r} has {len(tps)} partitions; there is no partition {partition}")
+            queue = tps[p]
+            batch = acc.append(queue, timestamp_ms, key, value, headers)
+        if batch is NEW_BATCH_NEEDED:
+            acc.open_batch(queue, int(_monotonic() * 1000))
+            self._ensure_started()
+            self.sender.wakeup()  # a new batch: its linger timer starts now
+            batch = acc.append(queue, timestamp_ms, key, value, headers)
+        if batch is NO_MEMORY:
+            return None
+        return _new_future(RecordFuture, (batch, batch.record_count - 1, timestamp_ms))  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ waiting for room
+
+    def _block(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+               headers: tuple, timestamp_ms: int) -> PendingRecordFuture:
+        if self._closed:
+            raise MqError(ErrorCode.INVALID_REQUEST, "producer is closed")
+        self._ensure_started()
+        fut = PendingRecordFuture(self._loop.create_future())  # type: ignore[union-attr]
+        deadline = self.cluster.now_ms() + self.max_block_ms
+        self._blocked.append((topic, partition, key, value, headers, timestamp_ms, fut, deadline))
+        if self._blocked_task is None or self._blocked_task.done():
+            self._blocked_task = self._loop.create_task(self._drain_blocked())  # type: ignore[union-attr]
+        return fut
+
+    async def _drain_blocked(self) -> None:
+        """Append waiting records in order as memory frees / metadata arrives."""
+        assert self._memory_freed is not None
+        while self._blocked:
+            topic, partition, key, value, headers, ts, fut, deadline = self._blocked[0]
+            try:
+                if topic not in self._routes:
+                    self.sender.wakeup()
+                    await self.cluster.wait_for_topic(topic, deadline)
+                    self._on_metadata()
+                    continue
+                appended = self._try_append(topic, partition, key, value, headers, ts)
+            except MqError as exc:
+                self._blocked.popleft()
+                fut.fail(exc)
+                continue
+            if appended is not None:
+                self._blocked.popleft()
+                fut.attach(appended)
+                continue
+            remaining = deadline - self.cluster.now_ms()
+            if remaining <= 0:
+                self._blocked.popleft()
+                fut.fail(MqError(ErrorCode.BUFFER_EXHAUSTED,
+                                 f"buffer_memory={self.accumulator.buffer_memory} stayed full for "
+                                 f"max_block_ms={self.max_block_ms}"))
+                continue
+            self._memory_freed.clear()
+            self.sender.wakeup()
+            try:
+                await asyncio.wait_for(self._memory_freed.wait(), remaining / 1000)
+            except TimeoutError:
+                pass
+
+    async def wait_for_buffer(self) -> None:
+        """Return once no record is waiting for buffer space (back-pressure for loops
+        that call ``send`` without awaiting each record)."""
+        while self._blocked and self._blocked_task is not None:
+            await asyncio.shield(self._blocked_task)
+
+    # ------------------------------------------------------------------ bulk path
+
+    async def send_many(self, topic: str, records: Iterable[tuple],
+                        partition: int | None = None) -> RecordMetadataList:
+        """Send ``[(key, value), ...]`` or ``[(key, value, headers), ...]`` as whole batches
+        built directly per partition; returns their metadata once all are acknowledged
+        (a lazy sequence of RecordMetadata, in input order)."""
+        self._ensure_started()
+        if topic not in self._routes:
+            await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
+            self._on_metadata()
+        if self._blocked:
+            await self.wait_for_buffer()
+        records = records if isinstance(records, list) else list(records)
+        if records and len(records[0]) == 3:
+            records = [(k, v, _headers(h)) for k, v, h in records]
+        route = self._routes[topic]
+        timestamp_ms = _time_ns() // 1_000_000
+        groups = self._group_for_send_many(topic, records, partition, route)
+        pieces = []
+        for tp, indices, recs in groups:
+            for batch in await self.sender.append_bulk(tp, recs, timestamp_ms, self.max_block_ms,
+                                                         self.batch_size):
+                pieces.append((batch, indices))
+        self.sender.wakeup()
+        return await RecordMetadataList.gather(pieces, len(records), timestamp_ms)
+
+    def _group_for_send_many(self, topic: str, records: list, partition: int | None,
+                             route: _Route) -> list:
+        tps, available = route.tps, route.available
+        if partition is not None:
+            if not 0 <= partition < len(tps):
+                raise MqError(ErrorCode.INVALID_PARTITIONS,
+                              f"{topic!r} has {len(tps)} partitions; there is no partition {partition}")
+            return [(tps[partition].topic_partition, None, records)]
+        keys = list(map(itemgetter(0), records))
+        if keys.count(None) == len(keys):
+            # keyless: sticky — the whole call fills batches on one partition, then moves on
+            p = self._sticky.partition(topic, available, len(tps))
+            group = [(tps[p].topic_partition, None, records)]
+            route.sticky = self._sticky.on_new_batch(topic, p, available, len(tps))
+            return group
+        by_partition: dict[int, tuple[list[int], list]] = {}
+        part_for = self._keys.partition_for_key
+        n = len(tps)
+        sticky = None
+        for i, rec in enumerate(records):
+            if rec[0] is None:
+                if sticky is None:
+                    sticky = self._sticky.partition(topic, available, n)
+                p = sticky
+            else:
+                p = part_for(rec[0], n)
+            entry = by_partition.get(p)
+            if entry is None:
+                entry = by_partition[p] = ([], [])
+            entry[0].append(i)
+            entry[1].append(rec)
+        return [(tps[p].topic_partition, idx, recs) for p, (idx, recs) in sorted(by_partition.items())]
+
+    # ------------------------------------------------------------------ flush / close
+
+    async def flush(self, timeout_ms: int | None = None) -> None:
+        """Send everything buffered now and wait until it is acknowledged or failed
+        (failures are reported through each record's future, not raised here)."""
+        if self._loop is None:
+            return
+        await self.wait_for_buffer()
+        await self.sender.flush(None if timeout_ms is None else timeout_ms / 1000)
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (unless ``timeout_ms=0``), stop the Sender, close connections."""
+        if self._closed:
+            return
+        if self._loop is not None and timeout_ms != 0:
+            try:
+                await self.flush(timeout_ms)
+            except TimeoutError:
+                pass
+        self._closed = True
+        for entry in self._blocked:
+            entry[6].fail(MqError(ErrorCode.NETWORK_EXCEPTION, "producer closed"))
+        self._blocked.clear()
+        if self._blocked_task is not None:
+            self._blocked_task.cancel()
+        await self.sender.stop()
+        await self.cluster.close()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        self._ensure_started()
+        count = await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
+        return list(range(count))
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return {"available_memory": self.accumulator.available_memory,
+                "buffer_memory": self.accumulator.buffer_memory,
+                "waiting_for_buffer": len(self._blocked), **self.sender.stats}
+
+
+__all__ = ["Producer", "RecordFuture", "RecordMetadata"]

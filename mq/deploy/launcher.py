@@ -1,0 +1,324 @@
+"""Start, stop and inspect the broker processes of a ``Topology`` on this machine.
+
+Each broker runs as a detached OS process (its own session, so closing the terminal
+that ran ``mq up`` does not stop it), with stdout and stderr appended to
+``<broker-dir>/broker.log`` and its pid in ``<broker-dir>/broker.pid``.
+``<data-dir>/cluster.json`` records the topology and the pids, so that ``mq status``
+and ``mq down``, run later from another shell, act on exactly what was started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from mq.deploy import probe, process
+from mq.deploy.topology import BrokerSpec, Topology
+
+STATE_FILE = "cluster.json"
+STATE_FORMAT = 1
+LOG_TAIL_LINES = 20
+BROKER_MODULE = "mq.aio.runner"
+
+
+class DeployError(Exception):
+    """What went wrong and what to do about it, plus the broker log's tail if relevant."""
+
+    def __init__(self, what: str, todo: str, *, log_tail: str = "") -> None:
+        self.what = what
+        self.todo = todo
+        self.log_tail = log_tail
+        super().__init__(f"{what} — {todo}")
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    spec: BrokerSpec
+    pid: int | None
+    alive: bool
+    answering: bool
+    topics: int | None  # None: unknown (broker not answering and nothing on disk)
+    partitions: int | None
+    log_bytes: int
+    started_at_ms: int | None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.spec.name, "node_id": self.spec.node_id, "pid": self.pid,
+            "alive": self.alive, "answering": self.answering, "endpoint": self.spec.listen,
+            "metrics": self.spec.metrics_endpoint, "data_dir": self.spec.data_dir,
+            "log": self.spec.log_path, "topics": self.topics, "partitions": self.partitions,
+            "log_bytes": self.log_bytes, "started_at_ms": self.started_at_ms,
+        }
+
+
+@dataclass(frozen=True)
+class UpResult:
+    topology: Topology
+    already_running: bool
+    brokers: tuple[BrokerStatus, ...]
+
+
+@dataclass(frozen=True)
+class StopResult:
+    name: str
+    pid: int | None
+    outcome: str  # "stopped" | "killed" | "not running"
+    waited_ms: int
+
+
+def log_tail(path: str, *, start: int = 0, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file written after byte ``start``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return ""
+    return b"\n".join(data.rstrip(b"\n").split(b"\n")[-lines:]).decode(errors="replace")
+
+
+class Launcher:
+    """Runs the brokers of a topology as local processes under its data directory."""
+
+    def __init__(self, data_dir: str, *, python: str = sys.executable) -> None:
+        self.data_dir = os.path.abspath(data_dir)
+        self.python = python
+
+    # ------------------------------------------------------------------ state file
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.data_dir, STATE_FILE)
+
+    def _read_state(self) -> dict | None:
+        try:
+            with open(self.state_path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise DeployError(f"cannot read {self.state_path}: {exc}",
+                              "remove it after checking that no broker runs (`ps aux | grep mq`)") from None
+        return state if state.get("format") == STATE_FORMAT else None
+
+    def _write_state(self, topology: Topology, pids: dict[str, dict]) -> None:
+        state = {"format": STATE_FORMAT, "bootstrap": topology.bootstrap,
+                 "topology": topology.to_json(), "processes": pids}
+        tmp = self.state_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, self.state_path)
+
+    def recorded_topology(self) -> Topology | None:
+        state = self._read_state()
+        return Topology.from_json(state["topology"]) if state else None
+
+    def _recorded_pid(self, state: dict | None, spec: BrokerSpec) -> tuple[int | None, int | None]:
+        entry = (state or {}).get("processes", {}).get(spec.name, {})
+        pid = entry.get("pid")
+        if pid is None:
+            try:
+                with open(spec.pid_path, encoding="ascii") as f:
+                    pid = int(f.read().strip())
+            except (OSError, ValueError):
+                pid = None
+        return pid, entry.get("started_at_ms")
+
+    def _running_pid(self, state: dict | None, spec: BrokerSpec) -> int | None:
+        pid, _ = self._recorded_pid(state, spec)
+        return pid if pid is not None and process.runs(pid, spec.data_dir) else None
+
+    # ------------------------------------------------------------------ up
+
+    def up(self, topology: Topology, *, ready_timeout_s: float = 30.0) -> UpResult:
+        """Start every broker of ``topology`` that is not already running; wait until each
+        answers ApiVersions. Idempotent: a running topology is reported, not restarted."""
+        state = self._read_state()
+        recorded = Topology.from_json(state["topology"]) if state else None
+        if recorded is not None and all(self._running_pid(state, b) for b in recorded.brokers):
+            return UpResult(recorded, True, tuple(self.status()))
+        if recorded is not None and any(self._running_pid(state, b) for b in recorded.brokers):
+            topology = recorded  # partly up: complete what was started, keep its addresses
+        os.makedirs(self.data_dir, exist_ok=True)
+        processes: dict[str, dict] = dict((state or {}).get("processes", {}))
+        started: list[tuple[BrokerSpec, subprocess.Popen, int]] = []
+        for spec in topology.brokers:
+            if self._running_pid(state, spec):
+                continue
+            self._check_free(spec)
+            proc, log_start = self._spawn(spec)
+            processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
+                                    "command": proc.args, "log": spec.log_path}
+            self._write_state(topology, processes)
+            started.append((spec, proc, log_start))
+        deadline = time.monotonic() + ready_timeout_s
+        for spec, proc, log_start in started:
+            self._wait_ready(spec, proc, log_start, deadline, ready_timeout_s)
+        return UpResult(topology, False, tuple(self.status()))
+
+    def _check_free(self, spec: BrokerSpec) -> None:
+        for what, address in (("native", spec.listen), ("metrics", spec.metrics_endpoint)):
+            if probe.port_in_use(address):
+                raise DeployError(
+                    f"{address} ({what} port of {spec.name}) is already in use by another process",
+                    "stop it, or pick free ports with `mq up --listen HOST:PORT`",
+                )
+
+    def _spawn(self, spec: BrokerSpec) -> tuple[subprocess.Popen, int]:
+        os.makedirs(spec.data_dir, exist_ok=True)
+        # The broker's own entry point (what `mq broker` execs): `mq up` already checked
+        # the arguments, and one interpreter start is saved.
+        command = [self.python, "-m", BROKER_MODULE, *spec.broker_args()]
+        log = open(spec.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            log_start = log.tell()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            log.write(f"--- mq up {stamp}: {' '.join(command)}\n".encode())
+            log.flush()
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, cwd=self.data_dir, env=env,
+            )
+        finally:
+            log.close()
+        with open(spec.pid_path, "w", encoding="ascii") as f:
+            f.write(f"{proc.pid}\n")
+        return proc, log_start
+
+    def _wait_ready(self, spec: BrokerSpec, proc: subprocess.Popen, log_start: int,
+                    deadline: float, timeout_s: float) -> None:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                self._forget(spec)
+                raise DeployError(
+                    f"{spec.name} exited with code {code} before it answered on {spec.listen}",
+                    f"see {spec.log_path}", log_tail=log_tail(spec.log_path, start=log_start),
+                )
+            try:
+                probe.api_versions(spec.listen, timeout_s=0.5)
+                return
+            except probe.ProbeError:
+                pass
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.wait()
+                self._forget(spec)
+                raise DeployError(
+                    f"{spec.name} did not answer on {spec.listen} within {timeout_s:g} s (stopped it)",
+                    f"see {spec.log_path}, or retry with a longer --timeout",
+                    log_tail=log_tail(spec.log_path, start=log_start),
+                )
+            time.sleep(0.05)
+
+    def _forget(self, spec: BrokerSpec) -> None:
+        """Drop a broker that is not running from the pid file and cluster.json."""
+        try:
+            os.remove(spec.pid_path)
+        except FileNotFoundError:
+            pass
+        state = self._read_state()
+        if state is None:
+            return
+        processes = dict(state.get("processes", {}))
+        processes.pop(spec.name, None)
+        if processes:
+            self._write_state(Topology.from_json(state["topology"]), processes)
+        else:
+            os.remove(self.state_path)
+
+    # ------------------------------------------------------------------ down
+
+    def down(self, *, timeout_s: float = 10.0) -> list[StopResult]:
+        """SIGTERM every broker (graceful: flush and checkpoint), SIGKILL any still alive
+        after ``timeout_s``. Data stays; only the process state is removed."""
+        state = self._read_state()
+        if state is None:
+            return []
+        topology = Topology.from_json(state["topology"])
+        results = []
+        for spec in reversed(topology.brokers):
+            results.append(self._stop(spec, self._running_pid(state, spec), timeout_s))
+            self._forget(spec)
+        if os.path.exists(self.state_path):
+            os.remove(self.state_path)
+        return list(reversed(results))
+
+    @staticmethod
+    def _stop(spec: BrokerSpec, pid: int | None, timeout_s: float) -> StopResult:
+        started = time.monotonic()
+        waited = lambda: int((time.monotonic() - started) * 1000)
+        if pid is None or not process.send_signal(pid, signal.SIGTERM):
+            return StopResult(spec.name, pid, "not running", 0)
+        if process.wait_for_exit(pid, timeout_s):
+            return StopResult(spec.name, pid, "stopped", waited())
+        process.send_signal(pid, signal.SIGKILL)
+        process.wait_for_exit(pid, 5.0)
+        return StopResult(spec.name, pid, "killed", waited())
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> list[BrokerStatus]:
+        """One ``BrokerStatus`` per recorded broker (empty when nothing was started)."""
+        state = self._read_state()
+        if state is None:
+            return []
+        return [self._broker_status(state, spec)
+                for spec in Topology.from_json(state["topology"]).brokers]
+
+    def _broker_status(self, state: dict, spec: BrokerSpec) -> BrokerStatus:
+        pid, started_at_ms = self._recorded_pid(state, spec)
+        alive = pid is not None and process.runs(pid, spec.data_dir)
+        answering, topics, partitions = False, None, None
+        if alive:
+            try:
+                meta = probe.metadata(spec.listen, timeout_s=1.0)
+                answering = True
+                user_topics = [t for t in meta.topics if not t.is_internal and not t.name.startswith("__")]
+                topics, partitions = len(user_topics), sum(len(t.partitions) for t in user_topics)
+            except probe.ProbeError:
+                pass
+        if topics is None:
+            topics, partitions = _partitions_on_disk(spec.data_dir)
+        return BrokerStatus(spec, pid if alive else None, alive, answering, topics, partitions,
+                            _log_bytes(spec.data_dir), started_at_ms if alive else None)
+
+
+def _partition_dirs(data_dir: str) -> list[tuple[str, int]]:
+    out = []
+    try:
+        names = sorted(os.listdir(data_dir))
+    except OSError:
+        return out
+    for name in names:
+        topic, sep, number = name.rpartition("-")
+        if sep and number.isdigit() and not topic.startswith("__") and \
+                os.path.isdir(os.path.join(data_dir, name)):
+            out.append((topic, int(number)))
+    return out
+
+
+def _partitions_on_disk(data_dir: str) -> tuple[int | None, int | None]:
+    dirs = _partition_dirs(data_dir)
+    if not os.path.isdir(data_dir):
+        return None, None
+    return len({topic for topic, _ in dirs}), len(dirs)
+
+
+def _log_bytes(data_dir: str) -> int:
+    """Bytes of partition data (segments and indexes) under a broker's directory."""
+    total = 0
+    for topic, number in _partition_dirs(data_dir):
+        directory = os.path.join(data_dir, f"{topic}-{number}")
+        for entry in os.scandir(directory):
+            if entry.is_file():
+                total += entry.stat().st_size
+    return total

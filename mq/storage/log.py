@@ -1,0 +1,480 @@
+"""A partition's log: an ordered list of segments, the last one active.
+
+Offsets are assigned here (``append_as_leader``) or kept (``append_as_follower``);
+reads return whole batches as stored bytes; retention and DeleteRecords remove whole
+segments from the front; ``truncate_to`` cuts the end (replication). Durability is
+the caller's policy: ``flush`` fsyncs and advances the recovery point, and
+``checkpoint`` persists it (see ``mq.storage.checkpoint``). Every public method
+turns an ``OSError`` into ``MqError(KAFKA_STORAGE_ERROR)`` and takes the log
+offline: after a failed write or fsync the state of the files is unknown, so
+nothing more is acknowledged from them.
+"""
+
+from __future__ import annotations
+
+import functools
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import TypeVar
+
+from mq.core.config import TopicConfig
+from mq.core.errors import ErrorCode, MqError
+from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, CleanupPolicy
+from mq.storage.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, write_checkpoint
+from mq.storage.fileio import FileIO
+from mq.storage.loader import load_log
+from mq.storage.segment import LogSegment
+from mq.storage.validator import (
+    LogAppendInfo,
+    ValidatedRecords,
+    validate_as_follower,
+    validate_as_leader,
+)
+
+__all__ = ["FetchDataInfo", "Log", "LogAppendInfo"]
+
+T = TypeVar("T")
+_BASE = attrgetter("base_offset")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Whole stored batches; ``first_offset`` is the base offset of the first one
+    (≤ the offset asked for: the batch holding it), or the offset asked for when
+    ``records`` is empty."""
+
+    records: bytes
+    first_offset: int
+
+
+def _storage_errors(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def guarded(self: Log, *args: object, **kwargs: object) -> T:
+        if self._failure is not None:
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory} is offline: {self._failure}")
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            self._failure = f"{method.__name__}: {exc}"
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory}: {self._failure}") from exc
+
+    return guarded
+
+
+class Log:
+    """Open with ``Log.open``; see the module docstring. Not thread-safe: one owner
+    (the broker's event loop) calls it."""
+
+    def __init__(
+        self, fileio: FileIO, directory: str, config: TopicConfig, segments: list[LogSegment], *,
+        log_start_offset: int, recovery_point: int,
+    ) -> None:
+        self.fileio = fileio
+        self.directory = directory
+        self._config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._failure: str | None = None
+        self._dir_dirty = False
+        self._unflushed_bytes = 0
+        self._unflushed_messages = 0
+        self._first_unflushed_ms: int | None = None
+        self.bytes_truncated_on_open = 0
+        self.segments_recovered_on_open = 0
+        # What each checkpoint file holds (as last read or written): a checkpoint whose
+        # value has not moved is not rewritten, so closing an idle partition costs no
+        # fsync (a broker with thousands of partitions shuts down in a blink).
+        self._checkpointed: dict[str, int] = {}
+        # (base offset, size) of the active segment when it and its indexes were last
+        # fsynced in full; ``close`` skips the fsync when it has not changed.
+        self._active_synced: tuple[int, int] | None = None
+
+    @classmethod
+    def open(
+        cls, fileio: FileIO, directory: str, config: TopicConfig, *, now_ms: int,
+        recovery_point: int | None = None,
+    ) -> Log:
+        """Open (creating if needed) and recover the partition in ``directory``.
+        ``recovery_point`` None reads the partition's checkpoint; a number overrides
+        it (0 re-reads and CRC-checks everything)."""
+        try:
+            loaded = load_log(fileio, directory, config, now_ms=now_ms, recovery_point=recovery_point)
+        except OSError as exc:
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open log {directory}: {exc}") from exc
+        log = cls(
+            fileio, directory, config, loaded.segments,
+            log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
+        )
+        log.bytes_truncated_on_open = loaded.bytes_truncated
+        log.segments_recovered_on_open = loaded.segments_recovered
+        # A missing or unreadable checkpoint reads as 0 (re-read everything / no offsets
+        # deleted), so a new partition needs no file until its value moves.
+        log._checkpointed[RECOVERY_POINT_FILE] = loaded.checkpointed_recovery_point or 0
+        log._checkpointed[LOG_START_OFFSET_FILE] = loaded.checkpointed_log_start_offset or 0
+        if loaded.segments_recovered == 0:
+            # Nothing was re-read or rebuilt: the files are as the last owner left them.
+            active = log.active_segment
+            log._active_synced = (active.base_offset, active.size)
+        return log
+
+    # ---- state
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    def update_config(self, config: TopicConfig) -> None:
+        """New settings apply to segments created from now on, and at once to roll,
+        retention, validation and flush decisions."""
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def is_offline(self) -> bool:
+        return self._failure is not None
+
+    @property
+    def unflushed_bytes(self) -> int:
+        return self._unflushed_bytes
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    def should_flush(self, now_ms: int) -> bool:
+        """Whether ``flush.messages`` or ``flush.ms`` asks for an fsync now."""
+        if self._unflushed_messages == 0:
+            return False
+        cfg = self._config
+        if 0 < cfg.flush_messages <= self._unflushed_messages:
+            return True
+        return cfg.flush_ms >= 0 and now_ms - (self._first_unflushed_ms or now_ms) >= cfg.flush_ms
+
+    # ---- appending
+
+    @_storage_errors
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        validated = validate_as_leader(
+            records, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
+            config=self._config,
+        )
+        self._append(validated, now_ms)
+        return validated.info
+
+    @_storage_errors
+    def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> LogAppendInfo:
+        validated = validate_as_follower(records, log_end_offset=self.log_end_offset)
+        self._append(validated, now_ms)
+        return validated.info
+
+    def _append(self, validated: ValidatedRecords, now_ms: int) -> None:
+        info = validated.info
+        segment = self._segments[-1]
+        if segment.should_roll(
+            self._config, incoming_bytes=info.size_bytes, max_timestamp=info.max_timestamp,
+            last_offset=info.last_offset, now_ms=now_ms,
+        ):
+            segment = self._roll_to(max(self.log_end_offset, info.first_offset), now_ms)
+        segment.append(validated.data, validated.batches)
+        self._unflushed_bytes += info.size_bytes
+        self._unflushed_messages += info.record_count
+        if self._first_unflushed_ms is None:
+            self._first_unflushed_ms = now_ms
+
+    @_storage_errors
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when the active
+        segment is empty)."""
+        return self._roll_to(self.log_end_offset, now_ms)
+
+    def _roll_to(self, base_offset: int, now_ms: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.size == 0:
+            if active.base_offset == base_offset:
+                return active
+            self._segments.pop().delete()
+        else:
+            active.on_become_inactive()
+        segment = LogSegment.create(self.fileio, self.directory, base_offset, self._config, now_ms=now_ms)
+        self._segments.append(segment)
+        self._dir_dirty = True
+        return segment
+
+    # ---- reading
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect_right(self._segments, offset, key=_BASE) - 1)
+
+    @_storage_errors
+    def read(
+        self, offset: int, *, max_bytes: int, max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (unless
+        the first batch is larger and ``min_one_batch``), none whose base offset is ≥
+        ``max_offset`` (the high watermark). Data comes from one segment per call.
+        A batch that fails its CRC raises ``LogCorruptedError`` instead of being served."""
+        log_end = self.log_end_offset
+        if offset < self._log_start_offset or offset > log_end:
+            raise MqError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside [{self._log_start_offset}, {log_end}]",
+            )
+        if offset == log_end or (max_offset is not None and offset >= max_offset):
+            return FetchDataInfo(b"", offset)
+        segments = self._segments
+        for i in range(self._segment_index(offset), len(segments)):
+            limit = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            found = segments[i].read(
+                offset, max_bytes=max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
+                limit_offset=limit,
+            )
+            if found is not None:
+                return FetchDataInfo(*found)
+        return FetchDataInfo(b"", offset)
+
+    @_storage_errors
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp ≥ ``timestamp_ms``
+        at or after the log start (found via the first batch whose max_timestamp is ≥
+        it, as Kafka); EARLIEST/LATEST give the log start/end with timestamp -1."""
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, NO_TIMESTAMP
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log_end_offset, NO_TIMESTAMP
+        for segment in self._segments[self._segment_index(self._log_start_offset) :]:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    # ---- removing
+
+    @_storage_errors
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or above ``offset`` (a batch holding ``offset`` goes
+        too: truncation is to a batch boundary). Below the log start the log is
+        emptied and restarts at ``offset``. Durable on return."""
+        if offset < 0:
+            raise MqError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot truncate to offset {offset}")
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start_offset:
+            self._truncate_fully_and_start_at(offset)
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            self._segments.pop().delete()
+        active = self._segments[-1]
+        active.truncate_to(offset)
+        if active.next_offset < self._log_start_offset:
+            # The batch holding the log start went too: restart the log there.
+            self._truncate_fully_and_start_at(self._log_start_offset)
+            return
+        active.flush()
+        self._dir_dirty = True
+        self._after_truncation()
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        created_ms = self._segments[-1].created_ms
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [
+            LogSegment.create(self.fileio, self.directory, offset, self._config, now_ms=created_ms)
+        ]
+        self._log_start_offset = offset
+        self._dir_dirty = True
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self._active_synced = None
+        self.fileio.fsync_dir(self.directory)
+        self._dir_dirty = False
+        # Persist at once: a stale, higher recovery point would let recovery skip
+        # the new bytes written where the old ones were.
+        self._write_checkpoints()
+
+    @_storage_errors
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (persisted before returning) and
+        delete the segments wholly below it. Returns the new log start offset."""
+        if offset > self.log_end_offset or offset < 0:
+            raise MqError(
+                ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is beyond the log end {self.log_end_offset}"
+            )
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._write_checkpoint(LOG_START_OFFSET_FILE, offset)
+            self._delete_segments(self._deletable(lambda s, nxt: nxt is not None, upper_bound=offset))
+        return self._log_start_offset
+
+    @_storage_errors
+    def apply_retention(self, now_ms: int, *, high_watermark: int | None = None) -> int:
+        """Delete the oldest segments whose newest record is older than retention.ms,
+        then while the log is larger than retention.bytes (whole segments only, never
+        above ``high_watermark``; the active segment too, after a roll, as Kafka).
+        Returns the number of segments deleted."""
+        deleted = self._delete_segments(
+            self._deletable(lambda s, nxt: nxt is not None, upper_bound=self._log_start_offset)
+        )
+        cfg = self._config
+        if cfg.cleanup_policy == CleanupPolicy.COMPACT:
+            return deleted
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        if cfg.retention_ms >= 0:
+            def too_old(segment: LogSegment, nxt: LogSegment | None) -> bool:
+                newest = segment.max_timestamp if segment.max_timestamp >= 0 else segment.created_ms
+                return now_ms - newest > cfg.retention_ms
+
+            deleted += self._delete_segments(self._deletable(too_old, upper_bound=hw), now_ms)
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+
+            def over_size(segment: LogSegment, nxt: LogSegment | None) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_segments(self._deletable(over_size, upper_bound=hw), now_ms)
+        return deleted
+
+    def _deletable(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], *, upper_bound: int
+    ) -> list[LogSegment]:
+        """The longest run of oldest segments that satisfy ``predicate`` and end at or
+        below ``upper_bound`` (an empty active segment is never deletable)."""
+        out = []
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            end = nxt.base_offset if nxt is not None else self.log_end_offset
+            if (nxt is None and segment.size == 0) or end > upper_bound or not predicate(segment, nxt):
+                break
+            out.append(segment)
+        return out
+
+    def _delete_segments(self, doomed: list[LogSegment], now_ms: int = 0) -> int:
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll_to(self.log_end_offset, now_ms)
+        for segment in doomed:
+            self._segments.remove(segment)
+            segment.delete()
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self._dir_dirty = True
+        return len(doomed)
+
+    # ---- durability
+
+    @_storage_errors
+    def flush(self, offset: int | None = None) -> None:
+        """Fsync every segment holding offsets in [recovery point, ``offset``) (default:
+        the log end) and advance the recovery point to ``offset``."""
+        log_end = self.log_end_offset
+        target = log_end if offset is None else min(offset, log_end)
+        if target > self._recovery_point:
+            segments = self._segments
+            for i, segment in enumerate(segments):
+                nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                if segment.base_offset < target and (nxt is None or nxt > self._recovery_point):
+                    segment.flush(indexes=nxt is not None)
+            self._recovery_point = target
+        if self._dir_dirty:
+            self.fileio.fsync_dir(self.directory)
+            self._dir_dirty = False
+        if target == log_end:
+            self._unflushed_bytes = self._unflushed_messages = 0
+            self._first_unflushed_ms = None
+
+    @_storage_errors
+    def checkpoint(self) -> None:
+        """Persist the recovery point and log start offset (the broker calls this every
+        log.flush.offset.checkpoint.interval.ms, and ``close`` does)."""
+        self._write_checkpoints()
+
+    def _write_checkpoints(self) -> None:
+        self._write_checkpoint(RECOVERY_POINT_FILE, self._recovery_point)
+        self._write_checkpoint(LOG_START_OFFSET_FILE, self._log_start_offset)
+
+    def _write_checkpoint(self, name: str, offset: int) -> None:
+        """Atomically replace checkpoint ``name`` unless it already holds ``offset``.
+        The cached value is only updated after the rename, so a failed write is
+        retried next time."""
+        if self._checkpointed.get(name) == offset:
+            return
+        write_checkpoint(self.fileio, self.directory, name, offset)
+        self._checkpointed[name] = offset
+
+    @_storage_errors
+    def verify(self) -> list[str]:
+        """Deep check of every segment (all CRCs, offset order, index entries) for a
+        start-up scrub or ``mq dump-log``; returns the problems found."""
+        problems = []
+        for i, segment in enumerate(self._segments):
+            problems += segment.verify()
+            if i + 1 < len(self._segments) and segment.next_offset > self._segments[i + 1].base_offset:
+                problems.append(f"{segment.log_path}: offsets run into the next segment")
+        return problems
+
+    def close(self) -> None:
+        """Flush, checkpoint and release the files (a clean shutdown). The files are
+        released even when flushing fails (the error is raised after)."""
+        try:
+            if self._failure is None:
+                self.flush()
+                active = self._segments[-1]
+                if self._active_synced != (active.base_offset, active.size):
+                    active.flush()
+                    self._active_synced = (active.base_offset, active.size)
+                self.checkpoint()
+        except OSError as exc:
+            self._failure = f"close: {exc}"
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory}: {exc}") from exc
+        finally:
+            for segment in self._segments:
+                try:
+                    segment.close()
+                except OSError:
+                    pass  # a descriptor that cannot be closed is gone either way
+
+    @_storage_errors
+    def delete(self) -> None:
+        """Remove the partition directory and everything in it."""
+        for segment in self._segments:
+            segment.close()
+        self._segments = []
+        if self.fileio.exists(self.directory):
+            self.fileio.rmtree(self.directory)
+        self._failure = "deleted"
