@@ -58,3 +58,15 @@ def test_readme_repo_map_matches_the_tree() -> None:
     assert not unlisted, f"top-level folders missing from the README map: {unlisted}"
     for package in sorted(p.name for p in (ROOT / "mq").iterdir() if (p / "__init__.py").exists()):
         assert f"mq/{package}/" in listed, f"mq/{package}/ is missing from the README map"
+
+
+def test_relative_links_in_docs_and_readme_resolve() -> None:
+    broken = []
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # an external address
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, f"broken relative links: {broken}"
