@@ -83,6 +83,32 @@ def _compression(raw: Any) -> str:
     return value
 
 
+def parse_quorum_voters(raw: str) -> tuple[tuple[int, str, int], ...]:
+    """``"1@h:9093,2@h:9094"`` -> ``((1, "h", 9093), (2, "h", 9094))``; ValueError if
+    malformed or if a node id repeats."""
+    voters: list[tuple[int, str, int]] = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        node, _, address = item.partition("@")
+        host, _, port = address.rpartition(":")
+        if not host or not node.isdigit() or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{item!r} is not id@host:port")
+        voters.append((int(node), host, int(port)))
+    if len({node for node, _, _ in voters}) != len(voters):
+        raise ValueError(f"{raw!r} names a node id twice")
+    return tuple(voters)
+
+
+def _quorum_voters(raw: Any) -> str:
+    return str(raw).strip()
+
+
+def _voters_ok(value: str) -> bool:
+    try:
+        parse_quorum_voters(value)
+    except ValueError:
+        return False
+    return True
+
 
 def _parse_changes(keys: Mapping[str, ConfigKey], values: Mapping[str, Any], kind: str) -> dict:
     """``{kafka_name: raw}`` -> ``{field: checked value}``; unknown names are refused."""
@@ -189,6 +215,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("log.segment.bytes", int, 1024 * MIB, "Default segment.bytes for new topics.", _at_least(1024)),
     _key("log.retention.ms", int, 7 * DAY_MS, "Default retention.ms for new topics.", _at_least(-1)),
     _key("log.retention.bytes", int, -1, "Default retention.bytes for new topics.", _at_least(-1)),
+    _key("replica.lag.time.max.ms", int, 30_000, "A follower that has not caught up to the leader's log end for this long leaves the ISR.", _at_least(1)),
+    _key("replica.fetch.backoff.ms", int, 1000, "A follower waits this long after a failed fetch before retrying.", _at_least(0)),
+    _key("replica.fetch.max.bytes", int, MIB, "Bytes a follower asks for per partition (at least one batch is returned).", _at_least(1)),
+    _key("replica.fetch.wait.max.ms", int, 500, "Longest a follower's fetch waits on the leader for data; must be below replica.lag.time.max.ms.", _at_least(0)),
+    _key("replica.fetch.min.bytes", int, 1, "The leader answers a follower's fetch once this many bytes are available.", _at_least(0)),
+    _key("broker.heartbeat.interval.ms", int, 2000, "How often a broker heartbeats to the active controller.", _at_least(1)),
+    _key("broker.session.timeout.ms", int, 9000, "The controller fences a broker silent for this long; must exceed the heartbeat interval.", _at_least(1)),
+    _key("controller.quorum.voters", _quorum_voters, "", "The metadata quorum's voters (empty: single node).", (_voters_ok, "id@host:port, comma-separated")),
+    _key("controller.quorum.election.timeout.ms", int, 1000, "Base Raft election timeout; each node randomizes within [t, 2t).", _at_least(1)),
+    _key("controller.quorum.fetch.timeout.ms", int, 2000, "A follower that hears nothing from the leader this long starts an election; a leader without fetches from a majority this long resigns.", _at_least(1)),
 )
 BROKER_KEYS_BY_NAME = {k.name: k for k in BROKER_KEYS}
 
@@ -215,6 +251,30 @@ class BrokerConfig:
     log_segment_bytes: int = 1024 * MIB
     log_retention_ms: int = 7 * DAY_MS
     log_retention_bytes: int = -1
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_backoff_ms: int = 1000
+    replica_fetch_max_bytes: int = MIB
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    broker_heartbeat_interval_ms: int = 2000
+    broker_session_timeout_ms: int = 9000
+    controller_quorum_voters: str = ""
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+
+    def __post_init__(self) -> None:
+        """Settings that only make sense together (Kafka refuses the same at start-up)."""
+        if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms:
+            raise MqError(ErrorCode.INVALID_CONFIG, "replica.fetch.wait.max.ms must be below "
+                          "replica.lag.time.max.ms, or every follower would drop out of the ISR")
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise MqError(ErrorCode.INVALID_CONFIG, "broker.heartbeat.interval.ms must be below "
+                          "broker.session.timeout.ms, or live brokers would be fenced")
+
+    @property
+    def quorum_voters(self) -> tuple[tuple[int, str, int], ...]:
+        """``controller.quorum.voters`` as ``(node_id, host, port)``, in the given order."""
+        return parse_quorum_voters(self.controller_quorum_voters)
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "BrokerConfig | None" = None) -> "BrokerConfig":

@@ -16,6 +16,7 @@ The per-class schemas are compiled once (``mq.protocol.schema``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mq.core.errors import ErrorCode
@@ -86,8 +87,12 @@ def peek_correlation_id(frame: Frame) -> int | None:
     return cid if type(cid) is int else None
 
 
-def decode_request(frame: Frame) -> tuple[RequestHeader, Request]:
-    """The header and the typed request; ``ProtocolError`` for anything malformed."""
+def decode_request(
+    frame: Frame, *, apis: Mapping[int, type[Request]] = REQUESTS
+) -> tuple[RequestHeader, Request]:
+    """The header and the typed request; ``ProtocolError`` for anything malformed.
+    ``apis`` are the requests the caller serves: a key outside it is ``UNSUPPORTED_API``
+    (a broker keeps the default; inter-broker peers pass ``messages.ALL_REQUESTS``)."""
     frame = _as_frame(frame)
     header = frame.header
     if type(header) is not list or len(header) != 5:
@@ -98,7 +103,7 @@ def decode_request(frame: Frame) -> tuple[RequestHeader, Request]:
     api_key, api_version, correlation_id, client_id, body = header
     if type(correlation_id) is not int:
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "correlation_id must be an int")
-    cls = REQUESTS.get(api_key) if type(api_key) is int else None
+    cls = apis.get(api_key) if type(api_key) is int else None
     if cls is None:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_API, f"unknown api key {api_key!r}", correlation_id=correlation_id

@@ -35,7 +35,7 @@ from mq.protocol.batch_format import (
 )
 from mq.protocol.codec import SUPPORTED_VERSIONS, encode_request
 from mq.protocol.frame import unpack_header
-from mq.protocol.messages import REQUESTS, Records, Request
+from mq.protocol.messages import ALL_REQUESTS, INTER_BROKER_REQUESTS, REQUESTS, Records, Request
 from mq.protocol.schema import INT64_MAX, field_hints, optional_arg, type_name
 
 WIRE_PROTOCOL_PATH = "docs/reference/wire-protocol.md"
@@ -114,7 +114,7 @@ def _structures() -> list[type]:
                     seen.append(target)  # type: ignore[arg-type]
                     visit(target)  # type: ignore[arg-type]
 
-    for request in REQUESTS.values():
+    for request in ALL_REQUESTS.values():
         visit(request)
         visit(request.RESPONSE)
     visit(messages.ErrorResponse)
@@ -182,17 +182,30 @@ def _worked_example() -> list[str]:
     ]
 
 
+def _api_rows(apis: dict[Any, type[Request]]) -> list[str]:
+    out = ["| key | API | request | response | versions |", "|---|---|---|---|---|"]
+    for key, cls in apis.items():
+        request, response = cls.__name__, cls.RESPONSE.__name__
+        out.append(f"| {int(key)} | {key.name} | [{request}](#{request.lower()}) | "
+                   f"[{response}](#{response.lower()}) | {cls.MIN_VERSION}–{cls.MAX_VERSION} |")
+    return out
+
+
+_INTER_BROKER_INTRO = """\
+Replication and broker-lifecycle messages between brokers and the controller
+(Kafka's keys and names). They have a schema and a codec, but a broker does not
+serve them yet: it answers `UNSUPPORTED_API` and ApiVersions leaves them out."""
+
+
 def render_wire_protocol() -> str:
     """The wire protocol reference page (markdown)."""
-    out = [_WIRE_INTRO, "## APIs", "", "| key | API | request | response | versions |",
-           "|---|---|---|---|---|"]
-    for key, (low, high) in SUPPORTED_VERSIONS.items():
-        request, response = REQUESTS[key].__name__, REQUESTS[key].RESPONSE.__name__
-        out.append(f"| {int(key)} | {key.name} | [{request}](#{request.lower()}) | "
-                   f"[{response}](#{response.lower()}) | {low}–{high} |")
+    out = [_WIRE_INTRO, "## APIs", "", "What ApiVersions advertises.", "",
+           *_api_rows({key: REQUESTS[key] for key in SUPPORTED_VERSIONS})]
+    out += ["", "## Inter-broker APIs", "", _INTER_BROKER_INTRO, "",
+            *_api_rows(INTER_BROKER_REQUESTS)]
     out += ["", "## Messages", ""]
     message_classes: list[type] = []
-    for request in REQUESTS.values():
+    for request in ALL_REQUESTS.values():
         message_classes += [request, request.RESPONSE]
     message_classes.append(messages.ErrorResponse)
     for cls in message_classes:

@@ -303,6 +303,16 @@ class Log:
         self._dir_dirty = True
         self._after_truncation()
 
+    @_storage_errors
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the empty log at ``offset`` (log start = log
+        end = ``offset``), above or below the old range. A follower does this when its
+        fetch offset fell below the leader's log start (retention or DeleteRecords
+        removed what it still needed). Durable on return, checkpoints included."""
+        if offset < 0:
+            raise MqError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot restart the log at offset {offset}")
+        self._truncate_fully_and_start_at(offset)
+
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         created_ms = self._segments[-1].created_ms
         for segment in self._segments:

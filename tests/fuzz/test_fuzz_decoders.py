@@ -28,7 +28,7 @@ from mq.protocol.codec import (
 )
 from mq.protocol.compression import compress, decompress
 from mq.protocol.frame import FrameDecoder, decode_frame, encode_frame
-from mq.protocol.messages import REQUESTS, ErrorResponse, MetadataRequest
+from mq.protocol.messages import ALL_REQUESTS, ErrorResponse, MetadataRequest
 from mq.protocol.record_batch import (
     build_batch,
     crc_ok,
@@ -41,7 +41,7 @@ from mq.protocol.record_batch import (
 )
 from mq.protocol.reference import example_instance
 
-REQUEST_CLASSES = sorted(REQUESTS.values(), key=lambda c: c.__name__)
+REQUEST_CLASSES = sorted(ALL_REQUESTS.values(), key=lambda c: c.__name__)
 RESPONSE_TYPES = [(cls.RESPONSE, cls) for cls in REQUEST_CLASSES] + [(ErrorResponse, MetadataRequest)]
 
 
@@ -113,10 +113,10 @@ def test_fuzz_decode_request() -> None:
     def target(data: bytes, rng: random.Random) -> None:
         frame = decode_frame(_fix_frame_length(data, rng))
         peek_correlation_id(frame)
-        header, request = decode_request(frame)
+        header, request = decode_request(frame, apis=ALL_REQUESTS)
         again = encode_request(request, correlation_id=header.correlation_id,
                                client_id=header.client_id, api_version=header.api_version)
-        assert decode_request(decode_frame(again)) == (header, request)
+        assert decode_request(decode_frame(again), apis=ALL_REQUESTS) == (header, request)
 
     _check(fuzz(seeds, target, structured=_mutate_frame_structure), min_ok=0.01, min_codes=3)
 

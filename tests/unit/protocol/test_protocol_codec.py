@@ -33,15 +33,22 @@ from mq.protocol.codec import (
 from mq.protocol.errors import ProtocolError
 from mq.protocol.frame import FrameDecoder, decode_frame, encode_frame
 from mq.protocol.messages import (
+    ALL_REQUESTS,
+    INTER_BROKER_REQUESTS,
     REQUESTS,
+    AlterPartitionRequest,
     ApiKey,
     ApiVersionsRequest,
+    BrokerHeartbeatRequest,
     ErrorResponse,
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
     FetchTopicResponse,
     MetadataRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetsForLeaderEpochRequest,
     ProducePartitionData,
     ProduceRequest,
     ProduceTopicData,
@@ -66,7 +73,7 @@ def test_every_request_round_trips(cls: type[Request]) -> None:
     @given(dataclass_strategy(cls), INT64, st.text(max_size=8))
     def check(request, correlation_id, client_id) -> None:
         data = encode_request(request, correlation_id=correlation_id, client_id=client_id)
-        header, decoded = decode_request(_through_decoder(data))
+        header, decoded = decode_request(_through_decoder(data), apis=ALL_REQUESTS)
         assert decoded == request
         assert type(decoded) is cls
         assert header == RequestHeader(cls.API_KEY, cls.MAX_VERSION, correlation_id, client_id)
@@ -90,10 +97,62 @@ def test_every_response_round_trips(cls: type) -> None:
 
 
 def test_every_api_has_a_request_and_response_class() -> None:
-    assert sorted(REQUESTS) == sorted(ApiKey)
+    assert not set(REQUESTS) & set(INTER_BROKER_REQUESTS)
+    assert sorted(ALL_REQUESTS) == sorted(ApiKey)
     assert {c.API_KEY for c in REQUEST_CLASSES} == set(ApiKey)
     assert set(RESPONDERS) | {ErrorResponse} == set(RESPONSE_CLASSES)
     assert SUPPORTED_VERSIONS == {k: (c.MIN_VERSION, c.MAX_VERSION) for k, c in REQUESTS.items()}
+
+
+def test_inter_broker_apis_use_kafkas_keys_and_are_not_advertised() -> None:
+    assert {int(k): c.__name__ for k, c in INTER_BROKER_REQUESTS.items()} == {
+        23: "OffsetsForLeaderEpochRequest", 56: "AlterPartitionRequest",
+        62: "BrokerRegistrationRequest", 63: "BrokerHeartbeatRequest",
+    }
+    assert not set(SUPPORTED_VERSIONS) & set(INTER_BROKER_REQUESTS)  # ApiVersions stays true
+
+
+@pytest.mark.parametrize("cls", list(INTER_BROKER_REQUESTS.values()), ids=lambda c: c.__name__)
+def test_a_broker_refuses_inter_broker_apis_until_it_serves_them(cls) -> None:
+    """The default registry is what a broker serves: a valid inter-broker request is
+    UNSUPPORTED_API there (with its correlation id), and decodes with ALL_REQUESTS."""
+    data = encode_request(sample_instance(cls), correlation_id=7, client_id="b")
+    with pytest.raises(ProtocolError) as info:
+        decode_request(decode_frame(data))  # the default, as mq.aio.connection calls it
+    assert (info.value.code, info.value.correlation_id) == (ErrorCode.UNSUPPORTED_API, 7)
+    header, decoded = decode_request(decode_frame(data), apis=ALL_REQUESTS)
+    assert (header.api_key, decoded) == (cls.API_KEY, sample_instance(cls))
+
+
+def test_inter_broker_messages_keep_their_fields_on_the_wire() -> None:
+    request = OffsetsForLeaderEpochRequest(
+        [OffsetForLeaderTopic("t", [OffsetForLeaderPartition(3, 5, current_leader_epoch=7)])],
+        replica_id=2)
+    _, decoded = decode_request(encode_request(request, correlation_id=1), apis=ALL_REQUESTS)
+    assert decoded == request
+    body = decode_frame(encode_request(BrokerHeartbeatRequest(1, 9, want_shutdown=True),
+                                       correlation_id=1)).header[4]
+    assert body == {"broker_id": 1, "broker_epoch": 9, "current_metadata_offset": -1,
+                    "want_fence": False, "want_shutdown": True}
+    # an older peer that leaves out the optional fields still decodes
+    minimal = {"broker_id": 1, "broker_epoch": 2, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "leader_epoch": 4, "new_isr": [1, 2], "partition_epoch": 6}]}]}
+    frame = decode_frame(encode_frame([int(ApiKey.ALTER_PARTITION), 0, 3, "", minimal]))
+    decoded = decode_request(frame, apis=ALL_REQUESTS)[1]
+    assert isinstance(decoded, AlterPartitionRequest)
+    assert decoded.topics[0].partitions[0].new_isr_with_epochs == []
+
+
+def test_fetch_carries_the_replica_epoch_and_the_diverging_epoch() -> None:
+    request = FetchRequest([], replica_id=2, replica_epoch=11)
+    assert decode_request(encode_request(request, correlation_id=1))[1] == request
+    response = FetchResponse(topics=[FetchTopicResponse("t", [
+        FetchPartitionResponse(0, 0, high_watermark=8, diverging_epoch=3,
+                               diverging_end_offset=5)])])
+    _, decoded = decode_response(encode_response(response, correlation_id=2), FetchRequest)
+    part = decoded.topics[0].partitions[0]
+    assert (part.diverging_epoch, part.diverging_end_offset, bytes(part.records)) == (3, 5, b"")
+    assert FetchPartitionResponse(0, 0).diverging_epoch == -1  # absent: no divergence
 
 
 def test_records_travel_in_the_tail_and_decode_as_views_without_copy() -> None:
@@ -124,9 +183,11 @@ def _request_frame(header: object, tail: bytes = b"") -> bytes:
     return encode_frame(header, tail)
 
 
-def _raises(data: bytes, code: ErrorCode, correlation_id: int | None = 7) -> ProtocolError:
+def _raises(
+    data: bytes, code: ErrorCode, correlation_id: int | None = 7, *, apis=ALL_REQUESTS
+) -> ProtocolError:
     with pytest.raises(ProtocolError) as info:
-        decode_request(decode_frame(data))
+        decode_request(decode_frame(data), apis=apis)
     assert info.value.code == code, info.value
     assert info.value.correlation_id == correlation_id
     return info.value
@@ -213,7 +274,8 @@ ALL_FIELDS = [
 
 def _decode_body(cls: type, body: object, tail: bytes) -> object:
     if issubclass(cls, Request):
-        return decode_request(decode_frame(encode_frame([int(cls.API_KEY), 0, 7, "c", body], tail)))
+        frame = decode_frame(encode_frame([int(cls.API_KEY), 0, 7, "c", body], tail))
+        return decode_request(frame, apis=ALL_REQUESTS)
     request_type = RESPONDERS.get(cls, MetadataRequest)
     marker = [1] if cls is ErrorResponse else []
     return decode_response(decode_frame(encode_frame([7, body, *marker], tail)), request_type)

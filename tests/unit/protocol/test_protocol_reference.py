@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mq.protocol.batch_format import BatchHeader
-from mq.protocol.messages import REQUESTS, ErrorResponse
+from mq.protocol.messages import ALL_REQUESTS, INTER_BROKER_REQUESTS, ErrorResponse
 from mq.protocol.reference import (
     BATCH_FIELD_NOTES,
     RECORD_BATCH_PATH,
@@ -33,7 +33,7 @@ def test_committed_reference_matches_the_code(relative, render) -> None:
 
 def test_every_message_and_batch_field_is_documented() -> None:
     page = render_wire_protocol()
-    for request in REQUESTS.values():
+    for request in ALL_REQUESTS.values():
         for cls in (request, request.RESPONSE):
             assert f"### {cls.__name__}\n" in page
             for f in dataclasses.fields(cls):
@@ -43,6 +43,10 @@ def test_every_message_and_batch_field_is_documented() -> None:
     assert set(BATCH_FIELD_NOTES) == {f.name for f in dataclasses.fields(BatchHeader)}
     assert "| 57 | 4 | i32 | `record_count` |" in render_record_batch()
     assert ErrorResponse.__name__ in page
+    served, inter_broker = page.split("## Inter-broker APIs")[0], page.split("## Messages")[0]
+    for key, request in INTER_BROKER_REQUESTS.items():  # listed apart from what is served
+        row = f"| {int(key)} | {key.name} | [{request.__name__}]"
+        assert row not in served and row in inter_broker.split("## Inter-broker APIs")[1]
 
 
 def test_write_docs_writes_both_pages(tmp_path: Path) -> None:

@@ -247,6 +247,65 @@ def test_truncate_below_log_start_restarts_the_log() -> None:
     assert [r.offset for r in read_all(log)] == [10]
 
 
+@pytest.mark.parametrize("restart_at", [500, 25, 0])
+def test_truncate_fully_and_start_at_restarts_an_empty_log_durably(restart_at: int) -> None:
+    fs = MemoryFileIO()
+    log = open_log(fs, config(segment_bytes=1024))
+    for i in range(40):
+        log.append_as_leader(batch(2, tag=f"b{i}-"), leader_epoch=0, now_ms=NOW)
+    log.flush()
+    assert len(log.segments) > 1
+    log.truncate_fully_and_start_at(restart_at)
+    assert (log.log_start_offset, log.log_end_offset) == (restart_at, restart_at)
+    assert [s.base_offset for s in log.segments] == [restart_at] and log.size_bytes == 0
+    assert log.read(restart_at, max_bytes=1000).records == b""
+    with pytest.raises(MqError) as err:
+        log.read(max(restart_at - 1, restart_at + 1), max_bytes=1000)
+    assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    fetched = _log_with(1).read(0, max_bytes=1000).records  # a leader's batch at offset 0..1
+    moved = bytearray(fetched)
+    struct.pack_into(">q", moved, 0, restart_at)
+    log.append_as_follower(bytes(moved), now_ms=NOW)  # offsets kept from the restart point
+    log.flush()
+    fs.crash()
+    again = open_log(fs, config(segment_bytes=1024))
+    assert (again.log_start_offset, again.log_end_offset) == (restart_at, restart_at + 2)
+    assert [r.offset for r in read_all(again)] == [restart_at, restart_at + 1]
+    assert [s.base_offset for s in again.segments] == [restart_at]
+    assert again.recovery_point <= again.log_end_offset
+
+
+def test_truncate_fully_and_start_at_survives_a_crash_right_after() -> None:
+    fs = MemoryFileIO()
+    log = open_log(fs, config(segment_bytes=1024))
+    for i in range(40):
+        log.append_as_leader(batch(2, tag=f"b{i}-"), leader_epoch=0, now_ms=NOW)
+    log.flush()
+    log.truncate_fully_and_start_at(300)
+    fs.crash()  # no flush or close: the call itself made the restart durable
+    again = open_log(fs, config(segment_bytes=1024))
+    assert (again.log_start_offset, again.log_end_offset) == (300, 300)
+    assert [s.base_offset for s in again.segments] == [300]
+
+
+def test_truncate_fully_and_start_at_refuses_a_negative_offset_and_io_errors() -> None:
+    fs = MemoryFileIO()
+    log = open_log(fs)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
+    with pytest.raises(MqError) as err:
+        log.truncate_fully_and_start_at(-1)
+    assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE and not log.is_offline
+    fs.faults["io"] = OSError(28, "ENOSPC")
+    with pytest.raises(MqError) as err:
+        log.truncate_fully_and_start_at(10)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    del fs.faults["io"]
+    assert log.is_offline  # the files' state is unknown: nothing more is served
+    with pytest.raises(MqError) as err:
+        log.truncate_fully_and_start_at(10)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+
+
 def test_delete_records_moves_start_and_deletes_whole_segments() -> None:
     log = _log_with(40, segment_bytes=1024)
     second = log.segments[1].base_offset
