@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--chunk-records", type=int, default=10_000, help="records per send_many call (P1b)")
     parser.add_argument("--in-flight", type=int, default=4, help="send_many calls outstanding (P1b)")
-    parser.add_argument("--max-poll-records", type=int, default=10_000, help="consumer batch (P2)")
+    parser.add_argument("--max-poll-records", type=int, default=500, help="consumer batch (P2)")
     parser.add_argument("--latency-every", type=int, default=100,
                         help="time send -> ack of every Nth record (P1 and NATS publish)")
     parser.add_argument("--seed", type=int, default=1)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_left
+from itertools import accumulate
 from collections.abc import Callable
 
 from mq.client.cluster import ClusterClient
@@ -20,6 +22,7 @@ from mq.client.internals.accumulator import ProducerBatch, RecordAccumulator
 from mq.client.internals.sender import ProduceOutcome, RetryPolicy, build_produce_request
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
+from mq.protocol.batch_builder import EMPTY_BATCH_SIZE, columns_of, record_sizes
 from mq.protocol.record_batch import BatchBuilder
 
 log = logging.getLogger("mq.client")
@@ -194,27 +197,20 @@ class Sender:
         batch by batch. A batch closes as soon as it reaches ``batch_size``."""
         acc = self.accumulator
         out = []
-        it = iter(records)
-        with_headers = bool(records) and len(records[0]) == 3
-        while True:
+        keys, values, headers = columns_of(records)
+        ends = list(accumulate(record_sizes(keys, values, headers)))
+        start, n = 0, len(values)
+        while start < n:
+            # The batch closes as soon as it reaches batch_size (at least one record).
+            limit = batch_size - EMPTY_BATCH_SIZE + (ends[start - 1] if start else 0)
+            end = min(bisect_left(ends, limit, start) + 1, n)
             builder = BatchBuilder(compression=acc.compression)
-            append = builder.append
-            size = 0
-            if with_headers:
-                for key, value, headers in it:
-                    size = append(timestamp_ms, key, value, headers)
-                    if size >= batch_size:
-                        break
-            else:
-                for key, value in it:
-                    size = append(timestamp_ms, key, value)
-                    if size >= batch_size:
-                        break
-            count = builder.record_count
-            if not count:
-                break
+            size = builder.extend_columns(timestamp_ms, keys[start:end], values[start:end],
+                                          None if headers is None else headers[start:end])
             await self._reserve(size, max_block_ms)
-            out.append(acc.add_built_batch(tp, builder.build(), count, size, self.cluster.now_ms()))
+            out.append(acc.add_built_batch(tp, builder.build(), end - start, size,
+                                           self.cluster.now_ms()))
+            start = end
             self.wakeup()
             await asyncio.sleep(0)  # the sender ships this batch while the next is built
         return out

@@ -11,8 +11,9 @@ headers ``(str, bytes)`` pairs; anything else is ``CORRUPT_MESSAGE``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from bisect import bisect_left
 from itertools import repeat
 from operator import add, lt
 from typing import Any
@@ -43,7 +44,8 @@ from mq.protocol.schema import fast_constructor
 
 __all__ = [
     "HEADER_SIZE", "LOG_OVERHEAD", "MAGIC", "BatchBuilder", "BatchHeader", "Record",
-    "RecordTuple", "build_batch", "compute_crc", "crc_ok", "decode_record_tuples",
+    "RecordColumns", "RecordTuple", "build_batch", "compute_crc", "crc_ok",
+    "decode_record_columns", "decode_record_tuples",
     "decode_records", "iter_batches", "iter_records", "read_header", "set_base_offset",
     "set_log_append_time", "set_partition_leader_epoch", "valid_prefix",
 ]
@@ -103,11 +105,9 @@ def _columns(recs: object, header: BatchHeader) -> tuple[Any, ...]:
     if count == 0:
         return ((), (), (), (), ())
     try:
-        # zip yields as many columns as the shortest record has fields, so five
-        # columns plus a total of 5 * count fields means every record has exactly five.
-        deltas, ts_deltas, keys, values, headers = zip(*recs)
-        if sum(map(len, recs)) != 5 * count:
-            raise ValueError
+        # A strict zip raises unless every record has as many fields as the first, and
+        # unpacking into five names raises unless that number is five.
+        deltas, ts_deltas, keys, values, headers = zip(*recs, strict=True)
         # A sum of ints is an int; a float makes it a float, anything else raises.
         if type(sum(deltas)) is not int or type(sum(ts_deltas)) is not int:
             raise ValueError
@@ -117,9 +117,11 @@ def _columns(recs: object, header: BatchHeader) -> tuple[Any, ...]:
         ) from None
     if deltas[0] < 0 or deltas[-1] > header.last_offset_delta:
         raise _corrupt("record offset delta outside [0, last_offset_delta]")
-    if count > 1 and not all(map(lt, deltas, deltas[1:])):
+    if count > 1 and not (deltas[-1] == count - 1 and deltas == tuple(range(count))) \
+            and not all(map(lt, deltas, deltas[1:])):
         raise _corrupt("record offset deltas must increase")
-    if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _KEY_TYPES:
+    if (keys.count(None) != count and not set(map(type, keys)) <= _KEY_TYPES) \
+            or not set(map(type, values)) <= _KEY_TYPES:
         raise _corrupt("record keys and values must be bytes or nil")
     if headers.count(()) != count:  # some record has headers (or something else)
         if set(map(type, headers)) != {tuple}:
@@ -128,10 +130,45 @@ def _columns(recs: object, header: BatchHeader) -> tuple[Any, ...]:
     return deltas, ts_deltas, keys, values, headers
 
 
-def _decode(
-    batch: bytes | bytearray | memoryview, max_decompressed_bytes: int, verify_crc: bool
-) -> tuple[Iterable[int], Iterable[int], Sequence[Any], Sequence[Any], Sequence[Any]]:
-    """``(offsets, timestamps, keys, values, headers)`` columns of the batch's records."""
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """A batch's records as parallel columns, the form decoding produces: consumers
+    build their own record objects from it in C-level passes (``zip``/``map``)
+    without a tuple per record in between. ``offsets`` is a ``range`` when the batch
+    has no gaps; ``timestamps`` shares one int when every record has the same time."""
+
+    offsets: Sequence[int]
+    timestamps: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    headers: Sequence[tuple[tuple[str, bytes], ...]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def since(self, offset: int) -> RecordColumns:
+        """The records at or after ``offset`` (a fetch returns the whole batch that
+        contains the fetch offset)."""
+        offsets = self.offsets
+        if not offsets or offsets[0] >= offset:
+            return self
+        i = bisect_left(offsets, offset)
+        return RecordColumns(offsets[i:], self.timestamps[i:], self.keys[i:], self.values[i:],
+                             self.headers[i:])
+
+
+_EMPTY = RecordColumns((), (), (), (), ())
+
+
+def decode_record_columns(
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    verify_crc: bool = True,
+) -> RecordColumns:
+    """The records of the batch at the start of ``batch`` as validated columns
+    (CORRUPT_MESSAGE on a bad CRC or structure, RECORD_TOO_LARGE when decompression
+    exceeds the cap): the fast path for consumers."""
     header = read_header(batch)
     size = header.batch_length + LOG_OVERHEAD
     if len(batch) < size:
@@ -146,21 +183,24 @@ def _decode(
         recs = _unpack_payload(payload)
         del payload
     deltas, ts_deltas, keys, values, headers = _columns(recs, header)
-    if not deltas:
-        return (), (), (), (), ()
+    count = len(deltas)
+    if not count:
+        return _EMPTY
     base = header.base_offset
-    if deltas[-1] == len(deltas) - 1:  # 0..n-1, as built (a compacted batch has gaps)
-        offsets = range(base, base + len(deltas))
+    if deltas[-1] == count - 1:  # 0..n-1, as built (a compacted batch has gaps)
+        offsets: Sequence[int] = range(base, base + count)
     else:
-        offsets = map(add, repeat(base), deltas)  # type: ignore[assignment]
+        offsets = tuple(map(add, repeat(base), deltas))
     if header.attributes & TIMESTAMP_TYPE_BIT:
-        timestamps = repeat(header.max_timestamp)
+        timestamps: Sequence[int] = (header.max_timestamp,) * count
+    elif ts_deltas.count(0) == count:  # one timestamp for the batch (send_many)
+        timestamps = (header.first_timestamp,) * count
     else:
         first = header.first_timestamp
         if not (_INT64_MIN <= first + min(ts_deltas) and first + max(ts_deltas) <= _INT64_MAX):
             raise _corrupt("record timestamp outside the 64-bit range")
-        timestamps = map(add, repeat(first), ts_deltas)  # type: ignore[assignment]
-    return offsets, timestamps, keys, values, headers
+        timestamps = tuple(map(add, repeat(first), ts_deltas))
+    return RecordColumns(offsets, timestamps, keys, values, headers)
 
 
 def decode_record_tuples(
@@ -169,9 +209,10 @@ def decode_record_tuples(
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     verify_crc: bool = True,
 ) -> list[RecordTuple]:
-    """The records of the batch at the start of ``batch`` as ``RecordTuple``s: the
-    fast path for consumers that build their own record objects."""
-    return list(zip(*_decode(batch, max_decompressed_bytes, verify_crc)))
+    """The records of the batch at the start of ``batch`` as ``RecordTuple``s."""
+    c = decode_record_columns(batch, max_decompressed_bytes=max_decompressed_bytes,
+                              verify_crc=verify_crc)
+    return list(zip(c.offsets, c.timestamps, c.keys, c.values, c.headers))
 
 
 def decode_records(
@@ -182,7 +223,9 @@ def decode_records(
 ) -> list[Record]:
     """The records of the batch at the start of ``batch`` (CORRUPT_MESSAGE on a bad CRC
     or structure, RECORD_TOO_LARGE when decompression exceeds the cap)."""
-    return list(map(_new_record, *_decode(batch, max_decompressed_bytes, verify_crc)))
+    c = decode_record_columns(batch, max_decompressed_bytes=max_decompressed_bytes,
+                              verify_crc=verify_crc)
+    return list(map(_new_record, c.offsets, c.timestamps, c.keys, c.values, c.headers))
 
 
 def iter_records(

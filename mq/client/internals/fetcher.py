@@ -33,7 +33,7 @@ from mq.protocol.messages import (
     FetchResponse,
     FetchTopic,
 )
-from mq.protocol.record_batch import HEADER_SIZE, decode_record_tuples, read_header
+from mq.protocol.record_batch import HEADER_SIZE, decode_record_columns, read_header
 
 
 class ConsumerRecord(NamedTuple):
@@ -259,19 +259,15 @@ class Fetcher:
             if header.is_control:
                 st.position = header.next_offset
                 continue
-            records = decode_record_tuples(data[start:cf.pos], verify_crc=self.check_crcs)
-            if records and records[0][0] < position:
-                records = [r for r in records if r[0] >= position]
-            if records:
-                # Column-wise, all in C: (offset, timestamp, key, value, headers) tuples
-                # become ConsumerRecords without a Python-level call per record.
-                # LogAppendTime batches already carry the broker's time in every tuple.
-                offsets, timestamps, keys, values, headers = zip(*records)
-                cf.records = list(map(_new_tuple, repeat(ConsumerRecord), zip(
-                    repeat(tp.topic), repeat(tp.partition), offsets, timestamps,
-                    repeat(_TIMESTAMP_TYPES[header.timestamp_type]), keys, values, headers)))
-            else:
-                cf.records = []
+            cols = decode_record_columns(data[start:cf.pos], verify_crc=self.check_crcs)
+            cols = cols.since(position)
+            # Column-wise, all in C: ConsumerRecords straight from the decoded columns,
+            # without a Python-level call or an intermediate tuple per record.
+            # LogAppendTime batches already carry the broker's time in every timestamp.
+            cf.records = list(map(_new_tuple, repeat(ConsumerRecord), zip(
+                repeat(tp.topic), repeat(tp.partition), cols.offsets, cols.timestamps,
+                repeat(_TIMESTAMP_TYPES[header.timestamp_type]), cols.keys, cols.values,
+                cols.headers)))
             cf.index = 0
             cf.records_next = header.next_offset
             if cf.records:

@@ -222,6 +222,8 @@ async def test_send_many_is_ordered_with_metadata(shared_broker, topic_name) -> 
     records = [(None, b"%06d" % i) for i in range(5000)]
     async with Producer(bootstrap, batch_size=16 * 1024) as producer:
         metas = await producer.send_many(topic_name, records, partition=0)
+        # 5000 records of ~18 estimated bytes: cut into batches of about batch_size
+        assert 5 <= producer.sender.stats["batches"] <= 7
         with_headers = await producer.send_many(topic_name, [(b"k", b"h", {"x": b"1"})])
     assert len(metas) == 5000 and [m.offset for m in metas] == list(range(5000))
     assert metas[-1].offset == 4999 and metas[1234].offset == 1234

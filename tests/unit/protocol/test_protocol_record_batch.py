@@ -370,3 +370,66 @@ def test_records_are_frozen_dataclasses() -> None:
     with pytest.raises(AttributeError):
         record.offset = 5  # type: ignore[misc]
     assert hash(record) == hash(Record(0, 1000, b"k0", b"v0", ()))
+
+
+def test_record_columns_match_decoded_records() -> None:
+    """decode_record_columns is the column form of decode_records, gaps and all."""
+    from mq.protocol.record_batch import decode_record_columns
+
+    gappy = _craft([[0, 0, b"a", b"1", []], [3, 5, b"b", b"2", []], [9, 7, None, None, [["h", b"x"]]]],
+                   record_count=3, last_offset_delta=9, first_timestamp=100)
+    for data in (_one(n=5, base_offset=40), gappy, _one(CompressionType.LZ4, n=4)):
+        cols = decode_record_columns(data)
+        assert list(zip(cols.offsets, cols.timestamps, cols.keys, cols.values, cols.headers)) == [
+            (r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_records(data)]
+        assert len(cols) == len(decode_records(data))
+    assert isinstance(decode_record_columns(_one(n=5)).offsets, range)
+    since = decode_record_columns(gappy).since(3)
+    assert (list(since.offsets), list(since.values)) == ([3, 9], [b"2", None])
+    assert decode_record_columns(gappy).since(0) == decode_record_columns(gappy)
+    assert len(decode_record_columns(gappy).since(10)) == 0
+    same_time = build_batch([(None, b"v%d" % i, (), 7) for i in range(3)])
+    assert decode_record_columns(same_time).timestamps == (7, 7, 7)
+
+
+def test_extend_columns_builds_the_same_batch_as_append() -> None:
+    from mq.protocol.batch_builder import columns_of, record_sizes
+
+    records = [(b"k%d" % i if i % 3 else None, b"v" * i if i % 4 else None,
+                (("h", b"x"),) if i % 5 == 0 else ()) for i in range(50)]
+    one = BatchBuilder()
+    for key, value, headers in records:
+        size = one.append(1_000, key, value, headers)
+    bulk = BatchBuilder()
+    keys, values, headers = columns_of(records)
+    assert bulk.extend_columns(1_000, keys[:20], values[:20], headers[:20]) < size
+    assert bulk.extend_columns(1_000, keys[20:], values[20:], headers[20:]) == size
+    assert bulk.record_count == 50 and bulk.build() == one.build()
+    assert sum(record_sizes(keys, values, headers)) == size - BatchBuilder().estimated_size
+    keys2, values2, headers2 = columns_of([(None, b"a"), (b"k", b"bc")])
+    assert (keys2, values2, headers2) == ((None, b"k"), (b"a", b"bc"), None)
+    assert record_sizes(keys2, values2) == [13, 15]
+    plain = BatchBuilder()
+    plain.extend_columns(5, keys2, values2)
+    assert decode_records(plain.build()) == [Record(0, 5, None, b"a"), Record(1, 5, b"k", b"bc")]
+
+
+def test_extend_columns_refuses_what_append_refuses() -> None:
+    from mq.protocol.batch_builder import columns_of
+
+    for bad in ([(None, b"v"), (None, b"v", ())], [(None,)], [5], [(None, b"v", (), 1)]):
+        with pytest.raises(ValueError):
+            columns_of(bad)
+    for keys, values, headers in ((("k",), (b"v",), None), ((None,), (5,), None),
+                                  ((None,), (b"v",), ((("h", "s"),),))):
+        with pytest.raises(TypeError):
+            BatchBuilder().extend_columns(0, keys, values, headers)
+    with pytest.raises(TypeError):
+        BatchBuilder().extend_columns(1.5, (None,), (b"v",))
+    with pytest.raises(ValueError):
+        BatchBuilder().extend_columns(0, (None, None), (b"v",))
+    builder = BatchBuilder()
+    builder.extend_columns(0, (bytearray(b"k"),), (memoryview(b"v"),))
+    assert decode_records(builder.build()) == [Record(0, 0, b"k", b"v")]
+    with pytest.raises(RuntimeError):
+        builder.extend_columns(0, (None,), (b"v",))
