@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from bisect import bisect_left
-from itertools import accumulate
 from collections.abc import Callable
+from itertools import accumulate
 
 from mq.client.cluster import ClusterClient
 from mq.client.internals.accumulator import ProducerBatch, RecordAccumulator

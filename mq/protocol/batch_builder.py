@@ -1,8 +1,7 @@
 """Building record batches: what a producer does per record, kept minimal.
 
-``append`` stores the record as a small list and adds to a running size estimate
-(lists, not tuples: msgpack's strict mode packs exact lists without the costly
-``isinstance`` probes it makes for tuples, a third of the packing time); ``extend_columns`` adds many
+``append`` stores the record as a tuple (untracked by the cyclic GC once all its
+fields are plain) and adds to a running size estimate; ``extend_columns`` adds many
 records at once, validated column by column in C-level passes (``send_many``);
 ``build`` packs every record with one msgpack call, compresses the payload once and
 writes the 61-byte header (see ``mq.protocol.batch_format``) with its CRC-32C.
@@ -40,8 +39,6 @@ _INT64_MAX = (1 << 63) - 1
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _COLUMN_TYPES = frozenset((bytes, type(None)))
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
-_NO_HEADERS: list[Header] = []
-"""Shared by every record without headers (never mutated): packs as an empty array."""
 
 Header = tuple[str, bytes]
 
@@ -75,7 +72,7 @@ class BatchBuilder:
         is_transactional: bool = False,
     ) -> None:
         self._codec = codec_of(int(compression))
-        self._records: list[list[object]] = []
+        self._records: list[tuple[object, ...]] = []
         self._size = EMPTY_BATCH_SIZE
         self._base_offset = base_offset
         self._producer_id = producer_id
@@ -110,12 +107,12 @@ class BatchBuilder:
         records = self._records
         if records:  # the payload holds deltas from the first timestamp
             delta = timestamp_ms - self._first_timestamp
-            records.append([len(records), delta, key, value, headers or _NO_HEADERS])
+            records.append((len(records), delta, key, value, headers))
         else:
             if type(timestamp_ms) is not int:
                 raise TypeError(f"timestamp_ms must be an int, not {type(timestamp_ms).__name__}")
             self._first_timestamp = timestamp_ms
-            records.append([0, 0, key, value, headers or _NO_HEADERS])
+            records.append((0, 0, key, value, headers))
         self._size = size
         return size
 
@@ -149,9 +146,8 @@ class BatchBuilder:
         if not records:
             self._first_timestamp = timestamp_ms
         start = len(records)
-        records.extend(map(list, zip(
-            range(start, start + n), repeat(timestamp_ms - self._first_timestamp), keys, values,
-            repeat(_NO_HEADERS) if headers is None else [h or _NO_HEADERS for h in headers])))
+        records.extend(zip(range(start, start + n), repeat(timestamp_ms - self._first_timestamp),
+                           keys, values, repeat(()) if headers is None else headers))
         self._size = size
         return size
 
@@ -181,10 +177,7 @@ class BatchBuilder:
         if not _INT64_MIN <= first <= _INT64_MAX:
             raise ValueError("record timestamps must fit in 64 bits")
         try:
-            try:  # the fast path: exact lists, ints and bytes (see the module docstring)
-                payload = msgpack.packb(records, use_bin_type=True, strict_types=True)
-            except TypeError:  # headers (tuples), a bytes subclass: the general packer
-                payload = msgpack.packb(records, use_bin_type=True)
+            payload = msgpack.packb(records, use_bin_type=True)
         except OverflowError:
             raise ValueError("record timestamps too far apart for one batch") from None
         payload = compress(self._codec, payload)

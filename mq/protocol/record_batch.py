@@ -11,9 +11,9 @@ headers ``(str, bytes)`` pairs; anything else is ``CORRUPT_MESSAGE``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from bisect import bisect_left
 from itertools import repeat
 from operator import add, lt
 from typing import Any

@@ -17,9 +17,9 @@ Holes *inside* a batch are compaction at work and are not gaps.
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 from mq.client.internals.metadata import needs_metadata_refresh
