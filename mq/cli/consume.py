@@ -110,11 +110,8 @@ async def _consume(args: argparse.Namespace, partitions: list[int], out: BinaryI
     consumer = Consumer(args.bootstrap, auto_offset_reset="earliest" if args.from_beginning else "latest",
                         client_id="mq-console-consumer")
     async with consumer:
-        await consumer.partitions_for(args.topic)  # leaders known before the first fetch
         consumer.assign(tps)
-        _seek(consumer, tps, args)
-        # Resolve the start offsets now (seeks are lazy) so the first poll fetches at once.
-        await asyncio.gather(*(consumer.position(tp) for tp in tps))
+        _seek(consumer, tps, args)  # lazy: the first poll resolves it, without delay
         write = _json_writer(out) if args.format == "json" else _text_writer(out, args.print_key)
         last_record = time.monotonic()
         while args.max_messages is None or progress.count < args.max_messages:

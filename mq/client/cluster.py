@@ -1,7 +1,12 @@
 """ClusterClient: connections by broker, metadata refresh, request routing (Kafka's
 ``NetworkClient`` + ``Metadata`` updater), shared by Producer, Consumer and Admin.
 
-Connections are keyed by address, one per broker. A failed connect puts the address in
+Connections are keyed by address and *lane*: one per broker for everything, plus a
+consumer's ``FETCH_LANE`` connection that carries only fetches. Responses come back in
+request order, so a ListOffsets or Metadata request queued behind a long-poll fetch
+would wait up to ``fetch_max_wait_ms``; on their own lane they never do, and the fetch
+lane can be dropped (``abandon``) to discard a long-poll nobody wants any more.
+A failed connect puts the address in
 exponential backoff (``reconnect_backoff_ms`` doubling up to ``reconnect_backoff_max_ms``).
 Metadata is asked of known brokers first, then of the bootstrap addresses in a seeded
 rotation, moving on after each failure; only one refresh runs at a time and everyone
@@ -25,6 +30,9 @@ from mq.protocol.messages import MetadataRequest, Request, Response
 log = logging.getLogger("mq.client")
 
 Address = tuple[str, int]
+Key = tuple[Address, str]  # (address, lane)
+
+FETCH_LANE = "fetch"
 
 
 class ClusterClient:
@@ -47,10 +55,11 @@ class ClusterClient:
         self.connect_timeout_ms = connect_timeout_ms
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
-        self._connections: dict[Address, BrokerConnection] = {}
-        self._connecting: dict[Address, asyncio.Task] = {}
+        self._connections: dict[Key, BrokerConnection] = {}
+        self._connecting: dict[Key, asyncio.Task] = {}
         self._backoff: dict[Address, tuple[int, int]] = {}  # address -> (retry at ms, backoff ms)
         self._refresh: asyncio.Task | None = None
+        self._soon: asyncio.Task | None = None  # a refresh waiting out the backoff
         self.listeners: list[Callable[[], None]] = []  # called on metadata change / connect
         self.closed = False
 
@@ -71,34 +80,44 @@ class ClusterClient:
         entry = self._backoff.get(address)
         return max(0, entry[0] - self.now_ms()) if entry else 0
 
-    def ready_connection(self, node_id: int) -> BrokerConnection | None:
+    def ready_connection(self, node_id: int, *, lane: str = "") -> BrokerConnection | None:
         """The node's connection if usable now; otherwise start connecting (unless in
         backoff) and return None. Listeners are told when the connect finishes."""
         address = self.address_of(node_id)
         if address is None:
             return None
-        conn = self._connections.get(address)
+        key = (address, lane)
+        conn = self._connections.get(key)
         if conn is not None and conn.connected:
             conn.node_id = node_id  # first opened for bootstrap (-1) before ids were known
             return conn
-        if address not in self._connecting and not self.backoff_remaining_ms(address):
-            task = asyncio.get_running_loop().create_task(self._connect_quietly(node_id, address))
-            self._connecting[address] = task
+        if key not in self._connecting and not self.backoff_remaining_ms(address):
+            task = asyncio.get_running_loop().create_task(self._connect_quietly(node_id, key))
+            self._connecting[key] = task
         return None
 
-    async def _connect_quietly(self, node_id: int, address: Address) -> None:
+    def abandon(self, node_id: int, *, lane: str) -> None:
+        """Close ``node_id``'s connection on ``lane``, failing what is in flight on it
+        (deliberately: not a broker fault, so no backoff and no metadata refresh)."""
+        address = self.address_of(node_id)
+        conn = self._connections.pop((address, lane), None) if address is not None else None
+        if conn is not None:
+            conn.close(MqError(ErrorCode.NETWORK_EXCEPTION, "abandoned by the client"))
+
+    async def _connect_quietly(self, node_id: int, key: Key) -> None:
         try:
-            await self._connect(node_id, address)
+            await self._connect(node_id, key)
         except MqError as exc:
-            log.info("event=connect_failed node=%s address=%s:%s error=%s", node_id, *address, exc)
+            log.info("event=connect_failed node=%s address=%s:%s error=%s", node_id, *key[0], exc)
             self.metadata.request_update()
         finally:
             self._notify()
 
-    async def _connect(self, node_id: int, address: Address) -> BrokerConnection:
-        conn = self._connections.get(address)
+    async def _connect(self, node_id: int, key: Key) -> BrokerConnection:
+        conn = self._connections.get(key)
         if conn is not None and conn.connected:
             return conn
+        address = key[0]
         try:
             conn = await BrokerConnection.open(
                 node_id, address[0], address[1], client_id=self.client_id,
@@ -110,15 +129,15 @@ class ClusterClient:
             self._backoff[address] = (self.now_ms() + backoff, backoff)
             raise
         finally:
-            self._connecting.pop(address, None)
+            self._connecting.pop(key, None)
         if self.closed:
             conn.close()
             raise MqError(ErrorCode.NETWORK_EXCEPTION, "client closed")
         self._backoff.pop(address, None)
-        self._connections[address] = conn
+        self._connections[key] = conn
         return conn
 
-    async def connection(self, node_id: int) -> BrokerConnection:
+    async def connection(self, node_id: int, *, lane: str = "") -> BrokerConnection:
         """A connection to ``node_id``, waiting out a backoff if needed."""
         address = self.address_of(node_id)
         if address is None:
@@ -126,16 +145,17 @@ class ClusterClient:
             address = self.address_of(node_id)
             if address is None:
                 raise MqError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the cluster")
+        key = (address, lane)
         wait = self.backoff_remaining_ms(address)
         if wait:
             await asyncio.sleep(wait / 1000)
-        pending = self._connecting.get(address)
+        pending = self._connecting.get(key)
         if pending is not None:
             await asyncio.shield(pending)
-            conn = self._connections.get(address)
+            conn = self._connections.get(key)
             if conn is not None and conn.connected:
                 return conn
-        return await self._connect(node_id, address)
+        return await self._connect(node_id, key)
 
     # ------------------------------------------------------------------ metadata
 
@@ -148,6 +168,31 @@ class ClusterClient:
             await self._do_refresh()
         except MqError as exc:
             log.info("event=metadata_refresh_failed error=%s", exc)
+
+    def update_metadata_soon(self) -> None:
+        """Ask for a refresh, sent as soon as the refresh backoff allows (at once for a
+        new topic); listeners are told when it answers. Idempotent while one is pending."""
+        self.metadata.request_update()
+        if self._soon is None or self._soon.done():
+            self._soon = asyncio.get_running_loop().create_task(self._update_soon())
+
+    async def _update_soon(self) -> None:
+        wait = self.metadata.time_to_next_update_ms(self.now_ms())
+        if wait:
+            await asyncio.sleep(wait / 1000)
+        try:
+            await self.refresh_metadata()
+        except MqError as exc:
+            log.info("event=metadata_refresh_failed error=%s", exc)
+
+    async def update_metadata(self) -> None:
+        """Refresh after the refresh backoff (at once for a new topic); raises if no
+        broker answers."""
+        self.metadata.request_update()
+        wait = self.metadata.time_to_next_update_ms(self.now_ms())
+        if wait:
+            await asyncio.sleep(wait / 1000)
+        await self.refresh_metadata()
 
     async def refresh_metadata(self) -> None:
         """Refresh now (joining a refresh already running); raises if no broker answers."""
@@ -164,9 +209,9 @@ class ClusterClient:
         candidates.sort(key=lambda a: self.backoff_remaining_ms(a) > 0)
         for address in candidates:
             try:
-                conn = self._connections.get(address)
+                conn = self._connections.get((address, ""))
                 if conn is None or not conn.connected:
-                    conn = await self._connect(-1, address)
+                    conn = await self._connect(-1, (address, ""))
                 response = await conn.request(MetadataRequest(topics=md.request_topics()))
             except MqError as exc:
                 errors.append(f"{address[0]}:{address[1]}: {exc}")
@@ -212,23 +257,24 @@ class ClusterClient:
 
     async def request_any(self, request: Request) -> Response:
         """Send to any broker (a connected one first): for cluster-wide admin requests."""
-        for conn in list(self._connections.values()):
-            if conn.connected:
+        for (_, lane), conn in list(self._connections.items()):
+            if conn.connected and lane == "":
                 try:
                     return await conn.request(request)
                 except MqError as exc:
                     if exc.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
                         raise
         await self.refresh_metadata()
-        for conn in list(self._connections.values()):
-            if conn.connected:
+        for (_, lane), conn in list(self._connections.items()):
+            if conn.connected and lane == "":
                 return await conn.request(request)
         raise MqError(ErrorCode.NETWORK_EXCEPTION, "no broker reachable")
 
     async def close(self) -> None:
         self.closed = True
-        if self._refresh is not None and not self._refresh.done():
-            self._refresh.cancel()
+        for task in (self._refresh, self._soon):
+            if task is not None and not task.done():
+                task.cancel()
         for task in list(self._connecting.values()):
             task.cancel()
         for conn in list(self._connections.values()):

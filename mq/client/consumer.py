@@ -7,6 +7,13 @@ time (``mq.client.internals.fetcher``). Offset lookups (``seek_to_beginning/end/
 timestamp``, the ``auto_offset_reset`` policy) are lazy, as in Kafka: they are
 resolved by ListOffsets before the partition is next fetched, or by ``position``.
 
+Latency rules: fetches travel on their own connection per broker (``FETCH_LANE``), so a
+ListOffsets or Metadata request never queues behind a long-poll fetch held at the
+broker for ``fetch_max_wait_ms``. A seek of a partition whose fetch is in flight
+abandons that fetch connection (its answer would be discarded anyway, and the next
+fetch would queue behind it), and every seek wakes a pending ``poll``. An assigned
+partition with no known leader makes ``poll`` ask for metadata, and the answer wakes it.
+
 Consumer groups (``subscribe``, commits) arrive in a later issue; they will set the
 assignment and initial positions through the same ``SubscriptionState``.
 """
@@ -17,7 +24,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from mq.client.cluster import ClusterClient
+from mq.client.cluster import FETCH_LANE, ClusterClient
 from mq.client.internals.fetcher import ConsumerRecord, Fetcher, OffsetGap, SentFetch
 from mq.client.internals.subscription import OffsetResetStrategy, SubscriptionState
 from mq.core.clock import Clock
@@ -63,6 +70,8 @@ class Consumer:
         self.request_timeout_ms = request_timeout_ms
         self._event: asyncio.Event | None = None
         self._lookup_task: asyncio.Task | None = None
+        # node -> its fetch in flight (a seek may abandon it before it answers)
+        self._fetches: dict[int, tuple[asyncio.Future, SentFetch]] = {}
         self._closed = False
         self.cluster.listeners.append(self._wakeup)
 
@@ -111,26 +120,46 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """The next poll returns ``tp``'s records from ``offset`` on."""
         self.subscriptions.seek(tp, offset)
+        self._after_seek([tp])
+
+    def _after_seek(self, tps: list[TopicPartition]) -> None:
+        """Drop fetches in flight for ``tps`` (their answers are stale, and the broker may
+        hold them for fetch_max_wait_ms) and wake a pending poll or position."""
+        for node in dict.fromkeys(self.fetcher.in_flight_node(tp) for tp in tps):
+            if node is None:
+                continue
+            entry = self._fetches.pop(node, None)
+            if entry is None:
+                continue
+            self.fetcher.on_failure(node, entry[1])
+            self.cluster.abandon(node, lane=FETCH_LANE)
+        self._wakeup()
 
     def _targets(self, tps: tuple[TopicPartition, ...]) -> list[TopicPartition]:
         return list(tps) if tps else self.subscriptions.assigned()
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
         """To the log start offset (all assigned partitions when none are named)."""
-        for tp in self._targets(tps):
+        targets = self._targets(tps)
+        for tp in targets:
             self.subscriptions.request_lookup(tp, EARLIEST_TIMESTAMP)
+        self._after_seek(targets)
 
     def seek_to_end(self, *tps: TopicPartition) -> None:
         """To the high watermark: only records produced from now on."""
-        for tp in self._targets(tps):
+        targets = self._targets(tps)
+        for tp in targets:
             self.subscriptions.request_lookup(tp, LATEST_TIMESTAMP)
+        self._after_seek(targets)
 
     def seek_to_timestamp(self, timestamp_ms: int, *tps: TopicPartition) -> None:
         """To the first record with timestamp >= ``timestamp_ms`` (the end if none)."""
         if timestamp_ms < 0:
             raise MqError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp_ms} is negative")
-        for tp in self._targets(tps):
+        targets = self._targets(tps)
+        for tp in targets:
             self.subscriptions.request_lookup(tp, timestamp_ms)
+        self._after_seek(targets)
 
     async def position(self, tp: TopicPartition) -> int:
         """The offset of the next record to be returned (resolving a pending lookup)."""
@@ -216,15 +245,17 @@ class Consumer:
         """Send the fetches the Fetcher plans; True if one waits for a connection."""
         md = self.cluster.metadata
         deferred = False
-        if md.brokers and len(self.fetcher.in_flight_nodes) >= len(md.brokers):
-            return False  # every broker is already serving a fetch: nothing to plan
-        requests = self.fetcher.prepare_fetches(md.leader_for, md.leader_epoch)
-        if (md.need_update or self.fetcher.missing_leaders) and \
-                md.time_to_next_update_ms(self.cluster.now_ms()) == 0:
-            md.request_update()
-            self.cluster.refresh_in_background()
+        requests = []
+        if not (md.brokers and len(self.fetcher.in_flight_nodes) >= len(md.brokers)):
+            requests = self.fetcher.prepare_fetches(md.leader_for, md.leader_epoch)
+        # A fetchable partition without a leader (its topic just assigned, or its leader
+        # gone) needs metadata; the answer notifies the listeners, which wakes the poll.
+        if md.need_update or self.fetcher.missing_leaders:
+            self.cluster.update_metadata_soon()
+        elif md.time_to_next_update_ms(self.cluster.now_ms()) == 0:
+            self.cluster.refresh_in_background()  # metadata_max_age_ms passed
         for node, request, sent in requests:
-            conn = self.cluster.ready_connection(node)
+            conn = self.cluster.ready_connection(node, lane=FETCH_LANE)
             if conn is None:
                 self.fetcher.on_failure(node, sent)
                 deferred = True
@@ -236,10 +267,17 @@ class Consumer:
                 deferred = True
                 continue
             assert fut is not None
+            self._fetches[node] = (fut, sent)
             fut.add_done_callback(lambda f, n=node, s=sent: self._on_fetch(f, n, s))
         return deferred
 
     def _on_fetch(self, fut: asyncio.Future, node: int, sent: SentFetch) -> None:
+        entry = self._fetches.get(node)
+        if entry is None or entry[0] is not fut:
+            if not fut.cancelled():
+                fut.exception()  # abandoned by a seek, already accounted for: mark it seen
+            return
+        del self._fetches[node]
         if fut.cancelled() or fut.exception() is not None:
             self.fetcher.on_failure(node, sent)
             if not fut.cancelled():
@@ -248,8 +286,7 @@ class Consumer:
         else:
             outcome = self.fetcher.on_response(node, sent, fut.result())
             if outcome.refresh_metadata:
-                self.cluster.metadata.request_update()
-                self.cluster.refresh_in_background()
+                self.cluster.update_metadata_soon()
         self._wakeup()
 
     # ------------------------------------------------------------------ offset lookups
@@ -272,19 +309,13 @@ class Consumer:
 
     async def _lookup_once(self) -> None:
         md = self.cluster.metadata
-        pending = self.subscriptions.pending_lookups()
+        if any(md.leader_for(tp) is None for tp, _, _ in self.subscriptions.pending_lookups()):
+            await self.cluster.update_metadata()  # then look up what it made routable
         by_node: dict[int, list[tuple[TopicPartition, int, int]]] = {}
-        for tp, ts, epoch in pending:
+        for tp, ts, epoch in self.subscriptions.pending_lookups():
             leader = md.leader_for(tp)
-            if leader is None:
-                md.request_update()
-                continue
-            by_node.setdefault(leader, []).append((tp, ts, epoch))
-        if md.need_update:
-            wait = md.time_to_next_update_ms(self.cluster.now_ms())  # refresh backoff
-            if wait:
-                await asyncio.sleep(wait / 1000)
-            await self.cluster.refresh_metadata()
+            if leader is not None:  # else: still unknown; the next round refreshes again
+                by_node.setdefault(leader, []).append((tp, ts, epoch))
         for node, items in by_node.items():
             topics: dict[str, list[ListOffsetsPartition]] = {}
             for tp, ts, _ in items:

@@ -97,7 +97,7 @@ class Fetcher:
         self.check_crcs = check_crcs
         self.max_buffered_per_partition = max_buffered_per_partition
         self.in_flight_nodes: dict[int, None] = {}
-        self._in_flight_partitions: dict[TopicPartition, None] = {}
+        self._in_flight_partitions: dict[TopicPartition, int] = {}  # tp -> node
         self._next_fetch: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (seek_epoch, offset)
         self.completed: deque[CompletedFetch] = deque()
         self.missing_leaders = False  # set by prepare_fetches: a fetchable partition had none
@@ -150,9 +150,13 @@ class Fetcher:
                 max_bytes=self.fetch_max_bytes)
             self.in_flight_nodes[node] = None
             for tp in sent:
-                self._in_flight_partitions[tp] = None
+                self._in_flight_partitions[tp] = node
             requests.append((node, request, sent))
         return requests
+
+    def in_flight_node(self, tp: TopicPartition) -> int | None:
+        """The node whose fetch in flight includes ``tp`` (None if none does)."""
+        return self._in_flight_partitions.get(tp)
 
     # ------------------------------------------------------------------ responses
 

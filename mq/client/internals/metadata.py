@@ -2,8 +2,10 @@
 
 Refreshed by a MetadataRequest when something is learned to be stale (a retriable
 routing error such as NOT_LEADER or UNKNOWN_TOPIC, a new topic of interest, a
-disconnect) and at least every ``metadata_max_age_ms``. Refreshes after a failure are
-spaced by ``retry_backoff_ms``. A partition's leader never moves back to an older
+disconnect) and at least every ``metadata_max_age_ms``. Refreshes are spaced by
+``retry_backoff_ms`` since the last attempt, except the first one after a new topic of
+interest is added (Kafka's ``requestUpdateForNewTopics``): a consumer assigned a topic
+just after connecting must not wait out a backoff meant for retries. A partition's leader never moves back to an older
 leader epoch: a lagging broker's answer cannot undo a newer one (Kafka's KIP-320 rule).
 
 Bootstrap addresses are tried in a seeded-random rotation, so a dead first address
@@ -84,6 +86,8 @@ class Metadata:
         self._leaders: dict[TopicPartition, int] = {}
         self._epochs: dict[TopicPartition, int] = {}
         self.need_update = True
+        self._topics_version = 0  # bumped by every new topic of interest
+        self._requested_version = 0  # _topics_version when the last attempt started
         self.last_refresh_ms: int | None = None
         self.last_attempt_ms: int | None = None
         self.version = 0  # bumped by every successful update
@@ -99,6 +103,7 @@ class Metadata:
                 new = True
         if new:
             self.need_update = True
+            self._topics_version += 1
         return new
 
     def request_update(self) -> None:
@@ -106,6 +111,8 @@ class Metadata:
 
     def time_to_next_update_ms(self, now_ms: int) -> int:
         """0 when a refresh should be sent now; else ms to wait."""
+        if self.need_update and self._topics_version != self._requested_version:
+            return 0  # a topic nobody has asked about yet: no backoff
         backoff = 0
         if self.last_attempt_ms is not None:
             backoff = max(0, self.last_attempt_ms + self.retry_backoff_ms - now_ms)
@@ -120,6 +127,7 @@ class Metadata:
 
     def attempt_started(self, now_ms: int) -> None:
         self.last_attempt_ms = now_ms
+        self._requested_version = self._topics_version
 
     def update_failed(self, now_ms: int) -> None:
         self.last_attempt_ms = now_ms
@@ -176,7 +184,8 @@ class Metadata:
                 else:
                     self._leaders[tp] = leader
             self.partitions[topic.name] = infos
-        self.need_update = False
+        # A topic added while this request was on the wire is not in the answer.
+        self.need_update = self._topics_version != self._requested_version
         self.last_refresh_ms = now_ms
         self.last_attempt_ms = now_ms
         self.version += 1

@@ -62,6 +62,33 @@ def test_refresh_timing_backoff_and_max_age() -> None:
     assert md.add_topics("new") and md.need_update and not md.add_topics("new")
 
 
+def test_a_new_topic_skips_the_refresh_backoff_once() -> None:
+    """A consumer assigned a topic right after connecting must not wait out a backoff
+    meant for retries (Kafka's requestUpdateForNewTopics)."""
+    md = Metadata(BOOT, Rng(1), retry_backoff_ms=100, metadata_max_age_ms=10_000)
+    md.attempt_started(0)
+    md.update(answer({0: 1}, topic="old"), now_ms=0)
+    md.request_update()
+    assert md.time_to_next_update_ms(10) == 90  # a retry: backoff applies
+    md.add_topics("new")
+    assert md.time_to_next_update_ms(10) == 0  # a new topic: at once
+    md.attempt_started(10)
+    md.update_failed(10)
+    assert md.time_to_next_update_ms(20) == 90  # after a failed attempt: backoff again
+
+
+def test_a_topic_added_while_a_refresh_is_on_the_wire_keeps_the_update_needed() -> None:
+    md = Metadata(BOOT, Rng(1), retry_backoff_ms=100)
+    md.add_topics("t")
+    md.attempt_started(0)
+    md.add_topics("late")  # not in the request being answered
+    md.update(answer({0: 1}), now_ms=1)
+    assert md.need_update and md.time_to_next_update_ms(2) == 0
+    md.attempt_started(2)
+    md.update(answer({0: 1}, topic="late"), now_ms=3)
+    assert not md.need_update
+
+
 @pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN_TOPIC,
                                   ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH])
 def test_stale_routing_errors_refresh(code: ErrorCode) -> None:
