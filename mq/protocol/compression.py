@@ -85,14 +85,7 @@ def _corrupt(codec: str, why: str) -> None:
 
 def _gzip_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
     decompressor = zlib.decompressobj(_GZIP_WBITS)
-    out = decompressor.decompress(data, max_bytes + 1)
-    if len(out) > max_bytes:
-        _too_large(max_bytes)
-    if not decompressor.eof:
-        _corrupt("gzip", "truncated stream")
-    if decompressor.unused_data:
-        _corrupt("gzip", "bytes after the end of the stream")
-    return out
+    return _whole_stream("gzip", decompressor, decompressor.decompress(data, max_bytes + 1), max_bytes)
 
 
 def _lz4_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
@@ -100,12 +93,17 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> byt
     # max_length makes the library size its output buffer by the cap, not by the
     # (attacker-controlled) content size in the frame header.
     out = decompressor.decompress(data, max_length=max_bytes + 1)
+    return _whole_stream("lz4", decompressor, out, max_bytes)
+
+
+def _whole_stream(codec: str, decompressor, out: bytes, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
+    """Refuse output over the cap, a truncated stream and bytes after its end."""
     if len(out) > max_bytes:
         _too_large(max_bytes)
     if not decompressor.eof:
-        _corrupt("lz4", "truncated frame")
+        _corrupt(codec, "truncated stream")
     if decompressor.unused_data:
-        _corrupt("lz4", "bytes after the end of the frame")
+        _corrupt(codec, "bytes after the end of the stream")
     return out
 
 
