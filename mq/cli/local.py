@@ -1,7 +1,8 @@
 """``mq broker``, ``mq up``, ``mq down``, ``mq status``: run brokers on this machine.
 
-``mq broker`` runs one broker in the foreground (what the launcher starts, what a
-container runs). ``mq up`` starts the local topology in the background through
+``mq broker run`` (also ``mq broker --node-id ...``) runs one broker in the foreground
+(what the launcher starts, what a container runs); ``mq broker kill|pause|resume|restart``
+live in ``mq.cli.broker_ctl``. ``mq up`` starts the local topology in the background through
 ``mq.deploy.Launcher``; ``mq down`` and ``mq status`` read ``<data-dir>/cluster.json``
 to find what it started.
 """
@@ -13,6 +14,7 @@ import json
 import os
 import sys
 
+from mq.cli import broker_ctl
 from mq.cli.common import EXIT_USAGE, CliError, host_port, key_value, print_error
 from mq.cli.output import console, human_bytes, print_table, table
 from mq.core.config import BrokerConfig
@@ -22,8 +24,15 @@ DEFAULT_DATA_DIR = ".mq"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("broker", help="run one broker in the foreground",
-                       description="Run one broker in the foreground until SIGTERM or Ctrl-C.")
+    broker = sub.add_parser(
+        "broker", help="run a broker in the foreground, or kill/pause/resume/restart one",
+        description="`mq broker run` (or just `mq broker --node-id N ...`) runs one broker in the foreground;\n"
+                    "the other verbs act on a broker started by `mq up`.")
+    verbs = broker.add_subparsers(dest="verb", metavar="VERB", title="verbs", parser_class=type(broker))
+    verbs.required = True
+    p = verbs.add_parser("run", help="run one broker in the foreground (the default: `mq broker --node-id N ...`)",
+                         description="Run one broker in the foreground until SIGTERM or Ctrl-C.\n"
+                                     "`mq broker --node-id N ...` without a verb means the same.")
     p.add_argument("--node-id", type=int, required=True, metavar="N", help="this broker's id")
     p.add_argument("--data-dir", required=True, metavar="DIR", help="directory for its partitions and metadata log")
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT", help="native protocol address")
@@ -31,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Prometheus /metrics address (default: the native port + 10000)")
     _add_config(p, "broker config override (Kafka names, e.g. log.segment.bytes=1048576)")
     p.set_defaults(func=run_broker)
+    broker_ctl.register(verbs, _add_data_dir)
 
     p = sub.add_parser("up", help="start a local broker in the background",
                        description="Start broker 1 in the background with its data under --data-dir.\n"
@@ -184,7 +194,8 @@ def run_status(args: argparse.Namespace) -> int:
         raise CliError(f"no broker runs under {_display_path(launcher.data_dir)}", "start one with `mq up`")
     t = table("broker", "pid", "alive", "endpoint", "metrics", "topics", "partitions", "log size")
     for b in brokers:
-        alive = "[green]yes[/]" if b.answering else ("[yellow]starting[/]" if b.alive else "[red]no[/]")
+        alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
+                 else "[yellow]starting[/]" if b.alive else "[red]no[/]")
         t.add_row(b.spec.name, str(b.pid or "-"), alive, b.spec.listen, b.spec.metrics_endpoint,
                   _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
     print_table(t)

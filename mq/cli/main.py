@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from mq.cli import bench, consume, dump_log, local, produce, topic
+from mq.cli import bench, broker_ctl, consume, dump_log, local, produce, topic
 from mq.cli.common import CliError, Parser, bootstrap_of, debug, explain, print_error
 
 DESCRIPTION = """\
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = broker_ctl.with_default_verb(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         return _guarded(lambda: bench.run_bench_argv(argv[1:]), None)
     try:

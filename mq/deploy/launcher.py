@@ -46,6 +46,7 @@ class BrokerStatus:
     partitions: int | None
     log_bytes: int
     started_at_ms: int | None
+    paused: bool = False  # alive but stopped by SIGSTOP (`mq broker pause`)
 
     def to_json(self) -> dict:
         return {
@@ -53,7 +54,7 @@ class BrokerStatus:
             "alive": self.alive, "answering": self.answering, "endpoint": self.spec.listen,
             "metrics": self.spec.metrics_endpoint, "data_dir": self.spec.data_dir,
             "log": self.spec.log_path, "topics": self.topics, "partitions": self.partitions,
-            "log_bytes": self.log_bytes, "started_at_ms": self.started_at_ms,
+            "log_bytes": self.log_bytes, "started_at_ms": self.started_at_ms, "paused": self.paused,
         }
 
 
@@ -70,6 +71,18 @@ class StopResult:
     pid: int | None
     outcome: str  # "stopped" | "killed" | "not running"
     waited_ms: int
+
+
+@dataclass(frozen=True)
+class BrokerAction:
+    """What ``kill``/``pause``/``resume``/``restart`` did to one broker."""
+
+    name: str
+    node_id: int
+    action: str  # "killed" | "paused" | "resumed" | "restarted"
+    pid: int | None  # the pid acted on; for "restarted", the new process
+    old_pid: int | None = None  # "restarted": the process stopped first, if one ran
+    waited_ms: int = 0
 
 
 def log_tail(path: str, *, start: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -171,7 +184,7 @@ class Launcher:
                     "stop it, or pick free ports with `mq up --listen HOST:PORT`",
                 )
 
-    def _spawn(self, spec: BrokerSpec) -> tuple[subprocess.Popen, int]:
+    def _spawn(self, spec: BrokerSpec, *, reason: str = "mq up") -> tuple[subprocess.Popen, int]:
         os.makedirs(spec.data_dir, exist_ok=True)
         # The broker's own entry point (what `mq broker` execs): `mq up` already checked
         # the arguments, and one interpreter start is saved.
@@ -180,7 +193,7 @@ class Launcher:
         try:
             log_start = log.tell()
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            log.write(f"--- mq up {stamp}: {' '.join(command)}\n".encode())
+            log.write(f"--- {reason} {stamp}: {' '.join(command)}\n".encode())
             log.flush()
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             proc = subprocess.Popen(
@@ -277,8 +290,9 @@ class Launcher:
     def _broker_status(self, state: dict, spec: BrokerSpec) -> BrokerStatus:
         pid, started_at_ms = self._recorded_pid(state, spec)
         alive = pid is not None and process.runs(pid, spec.data_dir)
+        paused = alive and process.is_paused(pid)
         answering, topics, partitions = False, None, None
-        if alive:
+        if alive and not paused:  # a stopped process never answers: don't wait for it
             try:
                 meta = probe.metadata(spec.listen, timeout_s=1.0)
                 answering = True
@@ -289,7 +303,89 @@ class Launcher:
         if topics is None:
             topics, partitions = _partitions_on_disk(spec.data_dir)
         return BrokerStatus(spec, pid if alive else None, alive, answering, topics, partitions,
-                            _log_bytes(spec.data_dir), started_at_ms if alive else None)
+                            _log_bytes(spec.data_dir), started_at_ms if alive else None, paused)
+
+    # ------------------------------------------------------------------ one broker
+
+    def _display_state_path(self) -> str:
+        rel = os.path.relpath(self.state_path)
+        return self.state_path if rel.startswith("..") else rel
+
+    def _find(self, node_id: int) -> tuple[dict, Topology, BrokerSpec]:
+        """The recorded state, topology and spec of broker ``node_id``, or a DeployError."""
+        state = self._read_state()
+        if state is None:
+            raise DeployError(f"no cluster under {os.path.dirname(self._display_state_path()) or '.'}"
+                              f" ({STATE_FILE} not found)", "start one with `mq up`")
+        topology = Topology.from_json(state["topology"])
+        for spec in topology.brokers:
+            if spec.node_id == node_id:
+                return state, topology, spec
+        raise DeployError(f"no broker {node_id} in {self._display_state_path()}", "see `mq status`")
+
+    def _find_running(self, node_id: int) -> tuple[BrokerSpec, int]:
+        _, _, spec = self._find(node_id)
+        pid = self._running_pid(self._read_state(), spec)
+        if pid is None:
+            raise DeployError(f"{spec.name} is not running",
+                              f"start it again with `mq broker restart {node_id}`")
+        return spec, pid
+
+    def kill(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
+        """SIGKILL broker ``node_id`` (a crash: no flush, no checkpoint). Its pid file and
+        cluster.json entry stay, now stale, so ``status`` shows it dead and ``restart`` knows
+        how to start it again."""
+        spec, pid = self._find_running(node_id)
+        started = time.monotonic()
+        process.send_signal(pid, signal.SIGKILL)  # also ends a paused process
+        if not process.wait_for_exit(pid, timeout_s):
+            raise DeployError(f"{spec.name} (pid {pid}) is still alive {timeout_s:g} s after SIGKILL",
+                              f"check it with `ps -p {pid}`")
+        return BrokerAction(spec.name, node_id, "killed", pid,
+                            waited_ms=int((time.monotonic() - started) * 1000))
+
+    def pause(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
+        """SIGSTOP broker ``node_id``: it keeps its sockets but answers nothing (a hung
+        process or a long GC pause, as clients and peers see it) until ``resume``."""
+        spec, pid = self._find_running(node_id)
+        if process.is_paused(pid):
+            raise DeployError(f"{spec.name} is already paused", f"resume it with `mq broker resume {node_id}`")
+        process.send_signal(pid, signal.SIGSTOP)
+        if not process.wait_for_state(pid, True, timeout_s):
+            raise DeployError(f"{spec.name} (pid {pid}) did not stop after SIGSTOP", f"check it with `ps -p {pid}`")
+        return BrokerAction(spec.name, node_id, "paused", pid)
+
+    def resume(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
+        """SIGCONT a broker stopped by ``pause``."""
+        spec, pid = self._find_running(node_id)
+        if not process.is_paused(pid):
+            raise DeployError(f"{spec.name} is not paused", f"pause it first with `mq broker pause {node_id}`")
+        process.send_signal(pid, signal.SIGCONT)
+        if not process.wait_for_state(pid, False, timeout_s):
+            raise DeployError(f"{spec.name} (pid {pid}) did not continue after SIGCONT",
+                              f"check it with `ps -p {pid}`")
+        return BrokerAction(spec.name, node_id, "resumed", pid)
+
+    def restart(self, node_id: int, *, stop_timeout_s: float = 10.0,
+                ready_timeout_s: float = 30.0) -> BrokerAction:
+        """Stop broker ``node_id`` gracefully if it runs (SIGTERM, SIGKILL after
+        ``stop_timeout_s``), then start it with the arguments recorded in cluster.json and
+        wait until it answers ApiVersions, as ``up`` does. Also starts a killed broker."""
+        state, topology, spec = self._find(node_id)
+        started = time.monotonic()
+        old_pid = self._running_pid(state, spec)
+        if old_pid is not None:
+            process.send_signal(old_pid, signal.SIGCONT)  # a paused broker must run to handle SIGTERM
+            self._stop(spec, old_pid, stop_timeout_s)
+        self._check_free(spec)
+        proc, log_start = self._spawn(spec, reason="mq broker restart")
+        processes = dict((self._read_state() or state).get("processes", {}))
+        processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
+                                "command": proc.args, "log": spec.log_path}
+        self._write_state(topology, processes)
+        self._wait_ready(spec, proc, log_start, time.monotonic() + ready_timeout_s, ready_timeout_s)
+        return BrokerAction(spec.name, node_id, "restarted", proc.pid, old_pid,
+                            int((time.monotonic() - started) * 1000))
 
 
 def _partition_dirs(data_dir: str) -> list[tuple[str, int]]:

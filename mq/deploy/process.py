@@ -27,6 +27,21 @@ def _proc_state(pid: int) -> str | None:
     return data.rsplit(")", 1)[-1].split()[0]
 
 
+def is_paused(pid: int) -> bool:
+    """True when ``pid`` is stopped by a signal (SIGSTOP: state ``T``; ``t`` under a tracer)."""
+    return _proc_state(pid) in ("T", "t")
+
+
+def wait_for_state(pid: int, paused: bool, timeout_s: float) -> bool:
+    """Poll until ``pid`` is (or is no longer) stopped: a signal is delivered asynchronously."""
+    deadline = time.monotonic() + timeout_s
+    while is_paused(pid) != paused:
+        if time.monotonic() >= deadline or not is_alive(pid):
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def reap(pid: int) -> None:
     """Collect the exit status if ``pid`` is our own child (no zombie left behind)."""
     try:
