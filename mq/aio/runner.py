@@ -4,6 +4,11 @@
 stop accepting, answer in-flight requests, flush every log, write checkpoints. When
 ready it logs ``broker node_id=N listening=host:port metrics=host:port`` (actual
 ports, so ``:0`` works).
+
+``MQ_FAILPOINTS`` (see ``mq.core.failpoints``) is read here, and only here: ``main``
+parses it (a malformed string exits 2 naming the bad part) and installs the
+process-wide registry, whose ``panic`` hook logs one ``failpoint_panic`` line and
+calls ``os._exit(PANIC_EXIT_CODE)`` (70) — no cleanup, no flush, like a crash.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from mq.broker.node import BrokerNode
 from mq.core.clock import SystemClock
 from mq.core.config import BrokerConfig
 from mq.core.errors import ErrorCode, MqError
+from mq.core.failpoints import PANIC_EXIT_CODE, Failpoints, install
 from mq.core.rng import Rng
 from mq.storage.fileio import OsFileIO
 
@@ -121,6 +127,25 @@ def run_broker(config: BrokerConfig) -> None:
         asyncio.run(main())
 
 
+def failpoint_panic(name: str) -> None:
+    """The ``panic`` action in a broker: one log line, then exit at once. ``os._exit``
+    skips ``finally`` blocks, atexit and the event loop, so nothing is flushed or
+    checkpointed — the process dies at the failpoint as if the power went."""
+    log.critical("failpoint_panic name=%s exit_code=%d", name, PANIC_EXIT_CODE)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(PANIC_EXIT_CODE)
+
+
+def install_failpoints(text: str | None) -> Failpoints:
+    """Parse ``MQ_FAILPOINTS`` and install it process-wide (ValueError if malformed)."""
+    points = Failpoints.parse(text or "", on_panic=failpoint_panic)
+    install(points)
+    if points.names:
+        log.warning("failpoints_set %s", points)
+    return points
+
+
 def parse_args(argv: Sequence[str] | None) -> BrokerConfig:
     parser = argparse.ArgumentParser(prog="mq broker", description="Run one mq broker.")
     parser.add_argument("--node-id", type=int, default=None, help="node.id (default 1)")
@@ -148,6 +173,11 @@ def parse_args(argv: Sequence[str] | None) -> BrokerConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        install_failpoints(os.environ.get("MQ_FAILPOINTS"))
+    except ValueError as err:
+        print(f"mq broker: MQ_FAILPOINTS: {err}", file=sys.stderr)
+        return 2
     try:
         config = parse_args(argv)
         run_broker(config)

@@ -5,6 +5,12 @@ and time: it feeds decoded requests to the node, routes completed operations bac
 their connection, runs one group-commit fsync per event-loop turn (all appends of
 that turn share it), expires long-poll fetches, sweeps idle and slow connections, and
 calls ``node.poll`` for periodic work.
+
+Failpoint ``broker.before_produce_response`` fires just before a produce response
+(immediate or released by a group commit) goes to its connection: the records are
+in the log but the client has not been told. ``error``/``oserror`` replace the
+response with that error (the "written, not acknowledged" step of KIP-101 style
+scenarios); ``panic`` ends the process there.
 """
 
 from __future__ import annotations
@@ -17,13 +23,27 @@ import time
 from mq.aio.connection import BrokerConnection, internal_error
 from mq.aio.metrics import BrokerMetrics
 from mq.broker.node import BrokerNode, Pending
+from mq.core import failpoints
 from mq.core.clock import Clock, SystemClock
 from mq.core.config import BrokerConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.protocol.codec import RequestHeader
-from mq.protocol.messages import Request, Response
+from mq.protocol.messages import ProduceResponse, Request, Response
 
 log = logging.getLogger("mq.aio.server")
+
+PRODUCE_RESPONSE_FAILPOINT = "broker.before_produce_response"
+
+
+def before_produce_response(response: Response) -> Response:
+    """Fire ``broker.before_produce_response``; an injected error becomes the answer."""
+    try:
+        failpoints.hit(PRODUCE_RESPONSE_FAILPOINT)
+    except MqError as err:
+        return internal_error(err)
+    except OSError as err:
+        return internal_error(MqError(ErrorCode.KAFKA_STORAGE_ERROR, str(err)))
+    return response
 
 
 class BrokerServer:
@@ -80,7 +100,7 @@ class BrokerServer:
 
     def handle(self, peer: str, header: RequestHeader, request: Request) -> Response | Pending | None:
         try:
-            return self.node.handle(header, request, now_ms=self.clock.wall_ms())
+            outcome = self.node.handle(header, request, now_ms=self.clock.wall_ms())
         except MqError as err:
             log.error("request_failed peer=%s api=%s code=%s reason=%r",
                       peer, header.api_key.name, err.code.name, err.message)
@@ -91,6 +111,9 @@ class BrokerServer:
         except Exception as err:  # a broker bug, not client input: keep the trace
             log.exception("internal_error peer=%s api=%s", peer, header.api_key.name)
             return internal_error(err)
+        if isinstance(outcome, ProduceResponse):
+            return before_produce_response(outcome)
+        return outcome
 
     def await_op(self, pending: Pending, conn: BrokerConnection) -> None:
         self._owners[pending.op_id] = conn
@@ -135,6 +158,8 @@ class BrokerServer:
                 timer.cancel()
             conn = self._owners.pop(op_id, None)
             if conn is not None:
+                if isinstance(response, ProduceResponse):
+                    response = before_produce_response(response)
                 conn.complete(op_id, response)
 
     # ------------------------------------------------------------ periodic work

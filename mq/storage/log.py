@@ -8,6 +8,13 @@ the caller's policy: ``flush`` fsyncs and advances the recovery point, and
 turns an ``OSError`` into ``MqError(KAFKA_STORAGE_ERROR)`` and takes the log
 offline: after a failed write or fsync the state of the files is unknown, so
 nothing more is acknowledged from them.
+
+Failpoints (``mq.core.failpoints``), scoped by the partition directory's name
+(``storage.before_fsync@orders-0=oserror(EIO)`` fails one partition only):
+``storage.before_append`` before a validated append reaches the segment (leader
+and follower), ``storage.before_fsync`` before each segment fsync (``flush``,
+``truncate_to``, ``close``). An injected ``OSError`` takes the log offline exactly
+as a real one does.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TypeVar
 
+from mq.core import failpoints
 from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, CleanupPolicy
@@ -78,6 +86,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._failure: str | None = None
+        self._failpoint_scope = directory.rstrip("/").rsplit("/", 1)[-1]
         self._dir_dirty = False
         self._unflushed_bytes = 0
         self._unflushed_messages = 0
@@ -203,6 +212,7 @@ class Log:
             last_offset=info.last_offset, now_ms=now_ms,
         ):
             segment = self._roll_to(max(self.log_end_offset, info.first_offset), now_ms)
+        failpoints.hit("storage.before_append", self._failpoint_scope)
         segment.append(validated.data, validated.batches)
         self._unflushed_bytes += info.size_bytes
         self._unflushed_messages += info.record_count
@@ -299,7 +309,7 @@ class Log:
             # The batch holding the log start went too: restart the log there.
             self._truncate_fully_and_start_at(self._log_start_offset)
             return
-        active.flush()
+        self._fsync_segment(active)
         self._dir_dirty = True
         self._after_truncation()
 
@@ -419,7 +429,7 @@ class Log:
             for i, segment in enumerate(segments):
                 nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
                 if segment.base_offset < target and (nxt is None or nxt > self._recovery_point):
-                    segment.flush(indexes=nxt is not None)
+                    self._fsync_segment(segment, indexes=nxt is not None)
             self._recovery_point = target
         if self._dir_dirty:
             self.fileio.fsync_dir(self.directory)
@@ -427,6 +437,10 @@ class Log:
         if target == log_end:
             self._unflushed_bytes = self._unflushed_messages = 0
             self._first_unflushed_ms = None
+
+    def _fsync_segment(self, segment: LogSegment, *, indexes: bool = True) -> None:
+        failpoints.hit("storage.before_fsync", self._failpoint_scope)
+        segment.flush(indexes=indexes)
 
     @_storage_errors
     def checkpoint(self) -> None:
@@ -466,7 +480,7 @@ class Log:
                 self.flush()
                 active = self._segments[-1]
                 if self._active_synced != (active.base_offset, active.size):
-                    active.flush()
+                    self._fsync_segment(active)
                     self._active_synced = (active.base_offset, active.size)
                 self.checkpoint()
         except OSError as exc:

@@ -14,7 +14,7 @@ Two environment variables are set on the child:
   a power cut does to the page cache. A plain SIGKILL loses nothing that was
   written, which is why both faults exist.
 - ``MQ_FAILPOINTS``: ``name=action;name=action`` (e.g.
-  ``raft.before_persist=panic;log.before_fsync=error(ENOSPC)``), passed through
+  ``raft.before_persist=panic;storage.before_fsync=oserror(ENOSPC)``), passed through
   unchanged. The harness only plumbs the string; what a name means is decided by
   the broker-side failpoint registry, which reads this variable.
 """
