@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import NoReturn
 
 from mq.core.errors import ErrorCode, MqError
@@ -78,20 +79,70 @@ def bootstrap_of(args: argparse.Namespace) -> str:
     return value
 
 
+PAUSED_HINT = ("is it paused or overloaded? check `mq status` (a paused broker shows `paused`; "
+               "resume it with `mq broker resume ID`)")
+DOWN_HINT = "check it with `mq status` (restart a dead broker with `mq broker restart ID` or `mq up`), or pass --bootstrap"
+
+
 def no_broker(bootstrap: str) -> CliError:
+    """Nothing accepts connections there (refused or unreachable): no broker runs."""
     return CliError(f"no broker at {bootstrap}", "start one with `mq up` or pass --bootstrap")
 
 
-def require_broker(bootstrap: str) -> None:
+def not_answering(address: str, timeout_ms: int | None = None) -> CliError:
+    """The kernel accepted the connection but the broker said nothing: it is alive but stuck.
+
+    A SIGSTOPped (``mq broker pause``) or overloaded broker looks like this; calling it
+    "no broker" would send the user to start a second one on a busy port.
+    """
+    within = f"within {timeout_ms} ms" if timeout_ms is not None else "in time"
+    return CliError(f"broker at {address} accepted the connection but did not answer {within}", PAUSED_HINT)
+
+
+def probe(bootstrap: str, req, *, timeout_s: float):
+    """Send ``req`` to the first address of ``bootstrap`` that answers; say why when none does.
+
+    Refused or unreachable everywhere is "no broker"; an address that accepts TCP but
+    stays silent until the deadline is a paused or overloaded broker; one that answers
+    at once with something else (closes, garbles) is not an mq broker.
+    """
+    from mq.deploy.probe import ProbeError, port_in_use, request
+
+    silent: str | None = None
+    odd: tuple[str, str] | None = None
+    for address in [a.strip() for a in bootstrap.split(",")]:
+        started = time.monotonic()
+        try:
+            return request(address, req, timeout_s=timeout_s)
+        except ValueError:  # not HOST:PORT; bootstrap_of has already said so
+            continue
+        except ProbeError as exc:
+            timed_out = time.monotonic() - started >= timeout_s * 0.9
+            if not port_in_use(address):
+                continue
+            if timed_out:
+                silent = silent or address
+            else:
+                odd = odd or (address, str(exc))
+    if silent is not None:
+        raise not_answering(silent, int(timeout_s * 1000))
+    if odd is not None:
+        raise CliError(f"{odd[0]} accepted the connection but did not answer as an mq broker ({odd[1]})",
+                       "check that --bootstrap points at an mq broker (`mq status` lists them)")
+    raise no_broker(bootstrap)
+
+
+def require_broker(bootstrap: str, *, timeout_s: float = 3.0) -> None:
     """Fail fast, with the right words, when nothing answers at ``bootstrap``.
 
     The client would retry a refused connection until its timeouts; a command line
-    tool should say at once that no broker runs there.
+    tool should say at once that no broker runs there, or that one runs but is stuck.
     """
-    from mq.deploy.probe import first_answering
+    from mq.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
-    if first_answering([a.strip() for a in bootstrap.split(",")], timeout_s=3.0) is None:
-        raise no_broker(bootstrap)
+    response = probe(bootstrap, ApiVersionsRequest(client_software="mq-probe"), timeout_s=timeout_s)
+    if not isinstance(response, ApiVersionsResponse):
+        raise CliError(f"the broker refused ApiVersions: {response}", "see the broker log")
 
 
 def unknown_topic(topic: str) -> CliError:
@@ -110,7 +161,9 @@ _HINTS: dict[ErrorCode, str] = {
     ErrorCode.OFFSET_OUT_OF_RANGE: "see the valid range with `mq topic describe`",
     ErrorCode.INVALID_TIMESTAMP: "check the record timestamps and the topic's message.timestamp.* configs",
     ErrorCode.UNSUPPORTED_VERSION: "use an mq client and broker from the same release",
-    ErrorCode.DELIVERY_TIMEOUT: "check the broker (`mq status`) and retry",
+    ErrorCode.DELIVERY_TIMEOUT: PAUSED_HINT,
+    ErrorCode.REQUEST_TIMED_OUT: PAUSED_HINT,
+    ErrorCode.NETWORK_EXCEPTION: DOWN_HINT,
 }
 
 
@@ -127,9 +180,10 @@ def explain(exc: BaseException, bootstrap: str | None) -> CliError:
         return CliError(what, hint)
     if isinstance(exc, ConnectionRefusedError) and bootstrap:
         return no_broker(bootstrap)
-    if isinstance(exc, (ConnectionError, TimeoutError)) and bootstrap:
-        return CliError(f"lost or timed out talking to the broker at {bootstrap} ({exc.__class__.__name__})",
-                        "check it with `mq status` (and its log), or pass --bootstrap")
+    if isinstance(exc, TimeoutError) and bootstrap:
+        return not_answering(bootstrap)
+    if isinstance(exc, ConnectionError) and bootstrap:
+        return CliError(f"lost the connection to the broker at {bootstrap} ({exc.__class__.__name__})", DOWN_HINT)
     if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
         return CliError(f"{exc.strerror or exc}{where}", "check the path and its permissions")
@@ -145,25 +199,16 @@ def debug() -> bool:
     return os.environ.get("MQ_DEBUG", "") not in ("", "0")
 
 
-def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+def topic_partitions(bootstrap: str, topic: str, *, timeout_s: float = 5.0) -> list[int]:
     """The partition numbers of ``topic``, asked of the first broker that answers.
 
     Used before producing or consuming so that "no broker" and "no such topic" are
     said at once, in words, rather than after the client's retries time out.
     """
     from mq.core.errors import ErrorCode as Code
-    from mq.deploy.probe import ProbeError, request
     from mq.protocol.messages import MetadataRequest, MetadataResponse
 
-    response = None
-    for address in [a.strip() for a in bootstrap.split(",")]:
-        try:
-            response = request(address, MetadataRequest(topics=[topic]), timeout_s=5.0)
-            break
-        except ProbeError:
-            continue
-    if response is None:
-        raise no_broker(bootstrap)
+    response = probe(bootstrap, MetadataRequest(topics=[topic]), timeout_s=timeout_s)
     if not isinstance(response, MetadataResponse):
         raise CliError(f"the broker refused the metadata request: {response}", "see the broker log")
     for t in response.topics:

@@ -201,7 +201,8 @@ def run_status(args: argparse.Namespace) -> int:
     print_table(t)
     if not running:
         raise CliError("no broker is running (cluster.json is stale)",
-                       f"see {_display_path(brokers[0].spec.log_path)}, start again with `mq up`")
+                       f"see {_display_path(brokers[0].spec.log_path)}; start again with `mq up` "
+                       "(or one broker with `mq broker restart ID`)")
     return 0
 
 
