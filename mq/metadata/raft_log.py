@@ -42,7 +42,7 @@ from mq.protocol.record_batch import (
     iter_batches,
     read_header,
 )
-from mq.raft.log import UNKNOWN, LogEntry, Snapshot
+from mq.raft.log import LogEntry, Snapshot, end_offset_for_epoch
 from mq.storage.fileio import FileIO
 from mq.storage.log import Log
 
@@ -168,16 +168,10 @@ class StorageReplicatedLog:
         return None
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        for index in range(len(self._epochs) - 1, -1, -1):
-            found, _ = self._epochs[index]
-            if found <= epoch:
-                end = self._epochs[index + 1][1] if index + 1 < len(self._epochs) else self.end_offset
-                return OffsetAndEpoch(end, found)
-        if self._snapshot is not None:
-            if self._snapshot.snapshot_id.leader_epoch <= epoch:
-                return OffsetAndEpoch(self.start_offset, self._snapshot.snapshot_id.leader_epoch)
-            return UNKNOWN
-        return OffsetAndEpoch(0, 0)
+        return end_offset_for_epoch(
+            self._epochs, epoch, start_offset=self.start_offset, end_offset=self.end_offset,
+            snapshot=self._snapshot,
+        )
 
     # ---- snapshots
 

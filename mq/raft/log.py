@@ -43,6 +43,25 @@ class Snapshot:
     data: bytes
 
 
+def end_offset_for_epoch(
+    epochs: Sequence[tuple[int, int]], epoch: int, *, start_offset: int, end_offset: int,
+    snapshot: Snapshot | None,
+) -> OffsetAndEpoch:
+    """The OffsetsForLeaderEpoch answer from ``epochs`` = ``[(epoch, first offset), ...]``:
+    the largest epoch <= ``epoch`` and the offset where the next epoch starts (or the log
+    end). Below the log, the snapshot's epoch answers; with neither, ``UNKNOWN``."""
+    for index in range(len(epochs) - 1, -1, -1):
+        found, _ = epochs[index]
+        if found <= epoch:
+            end = epochs[index + 1][1] if index + 1 < len(epochs) else end_offset
+            return OffsetAndEpoch(end, found)
+    if snapshot is not None:
+        if snapshot.snapshot_id.leader_epoch <= epoch:
+            return OffsetAndEpoch(start_offset, snapshot.snapshot_id.leader_epoch)
+        return UNKNOWN
+    return OffsetAndEpoch(0, 0)
+
+
 class ReplicatedLog(Protocol):
     """What ``RaftNode`` needs from its log. The node appends and truncates; the shell
     makes those changes durable (``flush``) before sending the node's messages."""
@@ -147,16 +166,10 @@ class MemoryReplicatedLog:
         return None
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        for index in range(len(self._epochs) - 1, -1, -1):
-            found, _ = self._epochs[index]
-            if found <= epoch:
-                end = self._epochs[index + 1][1] if index + 1 < len(self._epochs) else self.end_offset
-                return OffsetAndEpoch(end, found)
-        if self._snapshot is not None:
-            if self._snapshot.snapshot_id.leader_epoch <= epoch:
-                return OffsetAndEpoch(self._start, self._snapshot.snapshot_id.leader_epoch)
-            return UNKNOWN
-        return OffsetAndEpoch(0, 0)
+        return end_offset_for_epoch(
+            self._epochs, epoch, start_offset=self._start, end_offset=self.end_offset,
+            snapshot=self._snapshot,
+        )
 
     def latest_snapshot(self) -> Snapshot | None:
         return self._snapshot

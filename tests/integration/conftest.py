@@ -29,6 +29,44 @@ READY = re.compile(r"broker node_id=(\d+) listening=([^:\s]+):(\d+) metrics=([^:
 START_TIMEOUT_S = 20.0
 
 
+def broker_command(
+    node_id: int, data_dir: Path, host: str, port: int, configs: dict[str, str]
+) -> list[str]:
+    """The command line of one broker child process (configs in sorted order)."""
+    cmd = [sys.executable, "-m", "mq.aio.runner", "--node-id", str(node_id),
+           "--data-dir", str(data_dir), "--listen", f"{host}:{port}",
+           "--metrics-listen", f"{host}:0"]
+    for name in sorted(configs):
+        cmd += ["--config", f"{name}={configs[name]}"]
+    return cmd
+
+
+def wait_until_ready(
+    proc: subprocess.Popen, stderr_text: Callable[[], str], offset: int,
+    host: str, port: int, timeout_s: float, name: str,
+) -> int:
+    """Poll (with a deadline) until the broker logs its ready line after ``offset`` of its
+    stderr and its port accepts; returns the metrics port. RuntimeError if it exits,
+    TimeoutError if the deadline passes (the caller decides what to do with the process)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{stderr_text()[offset:]}")
+        match = READY.search(stderr_text()[offset:])
+        if match and _accepts(host, port):
+            return int(match.group(5))
+        time.sleep(0.02)  # polling the ready condition, with a deadline
+    raise TimeoutError(f"{name} not ready after {timeout_s}s:\n{stderr_text()[offset:]}")
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -58,12 +96,7 @@ class BrokerProcess:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "mq.aio.runner", "--node-id", str(self.node_id),
-               "--data-dir", str(self.data_dir), "--listen", f"{self.host}:{self.port}",
-               "--metrics-listen", f"{self.host}:0"]
-        for name, value in self.configs.items():
-            cmd += ["--config", f"{name}={value}"]
-        return cmd
+        return broker_command(self.node_id, self.data_dir, self.host, self.port, self.configs)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         """Start and wait until the ready line is logged and the port accepts."""
@@ -73,24 +106,13 @@ class BrokerProcess:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.DEVNULL,
                                          stderr=err, env=env)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.stderr_text()}")
-            match = READY.search(self.stderr_text()[offset:])
-            if match and self._accepts():
-                self.metrics_port = int(match.group(5))
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise TimeoutError(f"broker not ready after {timeout_s}s:\n{self.stderr_text()}")
-
-    def _accepts(self) -> bool:
         try:
-            with socket.create_connection((self.host, self.port), timeout=1):
-                return True
-        except OSError:
-            return False
+            self.metrics_port = wait_until_ready(
+                self.proc, self.stderr_text, offset, self.host, self.port, timeout_s, "broker")
+        except TimeoutError:
+            self.kill()
+            raise
+        return self
 
     @property
     def running(self) -> bool:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from typing import Self
 from mq.core.rng import Rng
 from mq.storage.fileio import power_loss as truncate_to_durable
 
-from ...integration.conftest import READY, REPO, free_port
+from ...integration.conftest import REPO, broker_command, free_port, wait_until_ready
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
@@ -110,12 +108,7 @@ class BrokerNode:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "mq.aio.runner", "--node-id", str(self.node_id),
-               "--data-dir", str(self.data_dir), "--listen", f"{self.host}:{self.port}",
-               "--metrics-listen", f"{self.host}:0"]
-        for name in sorted(self.configs):
-            cmd += ["--config", f"{name}={self.configs[name]}"]
-        return cmd
+        return broker_command(self.node_id, self.data_dir, self.host, self.port, self.configs)
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ, PYTHONUNBUFFERED="1", MQ_FILEIO_JOURNAL=str(self.journal_path))
@@ -138,25 +131,13 @@ class BrokerNode:
                                          stderr=err, env=self.environment())
         self.paused = False
         self.events.append("start")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n"
-                                   f"{self.stderr_text()[offset:]}")
-            match = READY.search(self.stderr_text()[offset:])
-            if match and self._accepts():
-                self.metrics_port = int(match.group(5))
-                return self
-            time.sleep(0.02)  # polling the ready condition, with a deadline
-        self.kill()
-        raise TimeoutError(f"{self.name} not ready after {timeout_s}s:\n{self.stderr_text()[offset:]}")
-
-    def _accepts(self) -> bool:
         try:
-            with socket.create_connection((self.host, self.port), timeout=1):
-                return True
-        except OSError:
-            return False
+            self.metrics_port = wait_until_ready(
+                self.proc, self.stderr_text, offset, self.host, self.port, timeout_s, self.name)
+        except TimeoutError:
+            self.kill()
+            raise
+        return self
 
     def _signal(self, sig: signal.Signals) -> bool:
         if not self.running:
