@@ -22,7 +22,7 @@ from mq.broker.produce import DelayedProduce, handle_produce
 from mq.broker.replicas import ReplicaManager
 from mq.broker.stats import BrokerStats
 from mq.core.config import BrokerConfig, TopicConfig
-from mq.core.errors import MqError
+from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.core.types import FlushPolicy, TopicPartition
 from mq.metadata.controller import QuorumController
@@ -126,7 +126,10 @@ class BrokerNode:
     # ------------------------------------------------------------ requests
 
     def handle(self, header: RequestHeader, request: Request, *, now_ms: int) -> Response | Pending | None:
-        return self._handlers[header.api_key](request, now_ms)
+        handler = self._handlers.get(header.api_key)
+        if handler is None:
+            raise MqError(ErrorCode.UNSUPPORTED_API, f"{header.api_key.name} is not served by this broker yet")
+        return handler(request, now_ms)
 
     def take_completions(self) -> list[tuple[int, Response]]:
         done, self._completions = self._completions, []

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from mq.core.errors import ErrorCode
 from mq.protocol.errors import ProtocolError
 from mq.protocol.frame import Frame, decode_frame, encode_frame_parts, pack_header
-from mq.protocol.messages import REQUESTS, ApiKey, ErrorResponse, Request, Response
+from mq.protocol.apis import REQUESTS
+from mq.protocol.messages import ApiKey, ErrorResponse, Request, Response
 from mq.protocol.schema import Encoder, decoder_for, encoder_for, fast_constructor
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {

@@ -35,7 +35,8 @@ from mq.protocol.batch_format import (
 )
 from mq.protocol.codec import SUPPORTED_VERSIONS, encode_request
 from mq.protocol.frame import unpack_header
-from mq.protocol.messages import ALL_REQUESTS, INTER_BROKER_REQUESTS, REQUESTS, Records, Request
+from mq.protocol.apis import ALL_REQUESTS, CLIENT_REQUESTS, INTER_BROKER_REQUESTS
+from mq.protocol.messages import Records, Request
 from mq.protocol.schema import INT64_MAX, field_hints, optional_arg, type_name
 
 WIRE_PROTOCOL_PATH = "docs/reference/wire-protocol.md"
@@ -192,15 +193,15 @@ def _api_rows(apis: dict[Any, type[Request]]) -> list[str]:
 
 
 _INTER_BROKER_INTRO = """\
-Replication and broker-lifecycle messages between brokers and the controller
-(Kafka's keys and names). They have a schema and a codec, but a broker does not
-serve them yet: it answers `UNSUPPORTED_API` and ApiVersions leaves them out."""
+Replication, broker-lifecycle and Raft messages between brokers and the metadata
+quorum (Kafka's keys and names; `Raft` is mq's own envelope). Every broker serves
+them and ApiVersions lists them; clients never send them."""
 
 
 def render_wire_protocol() -> str:
     """The wire protocol reference page (markdown)."""
-    out = [_WIRE_INTRO, "## APIs", "", "What ApiVersions advertises.", "",
-           *_api_rows({key: REQUESTS[key] for key in SUPPORTED_VERSIONS})]
+    out = [_WIRE_INTRO, "## APIs", "", "What clients send.", "",
+           *_api_rows(CLIENT_REQUESTS)]
     out += ["", "## Inter-broker APIs", "", _INTER_BROKER_INTRO, "",
             *_api_rows(INTER_BROKER_REQUESTS)]
     out += ["", "## Messages", ""]

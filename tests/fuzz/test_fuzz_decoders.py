@@ -28,7 +28,8 @@ from mq.protocol.codec import (
 )
 from mq.protocol.compression import compress, decompress
 from mq.protocol.frame import FrameDecoder, decode_frame, encode_frame
-from mq.protocol.messages import ALL_REQUESTS, ErrorResponse, MetadataRequest
+from mq.protocol.apis import ALL_REQUESTS
+from mq.protocol.messages import ErrorResponse, MetadataRequest
 from mq.protocol.record_batch import (
     build_batch,
     crc_ok,

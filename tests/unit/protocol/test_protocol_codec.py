@@ -32,23 +32,23 @@ from mq.protocol.codec import (
 )
 from mq.protocol.errors import ProtocolError
 from mq.protocol.frame import FrameDecoder, decode_frame, encode_frame
-from mq.protocol.messages import (
-    ALL_REQUESTS,
-    INTER_BROKER_REQUESTS,
-    REQUESTS,
+from mq.protocol.apis import ALL_REQUESTS, INTER_BROKER_REQUESTS, REQUESTS
+from mq.protocol.inter_broker import (
     AlterPartitionRequest,
+    BrokerHeartbeatRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetsForLeaderEpochRequest,
+)
+from mq.protocol.messages import (
     ApiKey,
     ApiVersionsRequest,
-    BrokerHeartbeatRequest,
     ErrorResponse,
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
     FetchTopicResponse,
     MetadataRequest,
-    OffsetForLeaderPartition,
-    OffsetForLeaderTopic,
-    OffsetsForLeaderEpochRequest,
     ProducePartitionData,
     ProduceRequest,
     ProduceTopicData,
@@ -97,30 +97,26 @@ def test_every_response_round_trips(cls: type) -> None:
 
 
 def test_every_api_has_a_request_and_response_class() -> None:
-    assert not set(REQUESTS) & set(INTER_BROKER_REQUESTS)
+    assert set(INTER_BROKER_REQUESTS) <= set(REQUESTS)
     assert sorted(ALL_REQUESTS) == sorted(ApiKey)
     assert {c.API_KEY for c in REQUEST_CLASSES} == set(ApiKey)
     assert set(RESPONDERS) | {ErrorResponse} == set(RESPONSE_CLASSES)
     assert SUPPORTED_VERSIONS == {k: (c.MIN_VERSION, c.MAX_VERSION) for k, c in REQUESTS.items()}
 
 
-def test_inter_broker_apis_use_kafkas_keys_and_are_not_advertised() -> None:
+def test_inter_broker_apis_use_kafkas_keys_and_are_served() -> None:
     assert {int(k): c.__name__ for k, c in INTER_BROKER_REQUESTS.items()} == {
         23: "OffsetsForLeaderEpochRequest", 56: "AlterPartitionRequest",
-        62: "BrokerRegistrationRequest", 63: "BrokerHeartbeatRequest",
+        62: "BrokerRegistrationRequest", 63: "BrokerHeartbeatRequest", 1000: "RaftRequest",
     }
-    assert not set(SUPPORTED_VERSIONS) & set(INTER_BROKER_REQUESTS)  # ApiVersions stays true
+    assert set(INTER_BROKER_REQUESTS) <= set(SUPPORTED_VERSIONS)  # ApiVersions lists them
 
 
 @pytest.mark.parametrize("cls", list(INTER_BROKER_REQUESTS.values()), ids=lambda c: c.__name__)
-def test_a_broker_refuses_inter_broker_apis_until_it_serves_them(cls) -> None:
-    """The default registry is what a broker serves: a valid inter-broker request is
-    UNSUPPORTED_API there (with its correlation id), and decodes with ALL_REQUESTS."""
+def test_a_broker_decodes_inter_broker_apis(cls) -> None:
+    """The default registry is what a broker serves (mq.aio.connection calls it so)."""
     data = encode_request(sample_instance(cls), correlation_id=7, client_id="b")
-    with pytest.raises(ProtocolError) as info:
-        decode_request(decode_frame(data))  # the default, as mq.aio.connection calls it
-    assert (info.value.code, info.value.correlation_id) == (ErrorCode.UNSUPPORTED_API, 7)
-    header, decoded = decode_request(decode_frame(data), apis=ALL_REQUESTS)
+    header, decoded = decode_request(decode_frame(data))
     assert (header.api_key, decoded) == (cls.API_KEY, sample_instance(cls))
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mq.protocol.batch_format import BatchHeader
-from mq.protocol.messages import ALL_REQUESTS, INTER_BROKER_REQUESTS, ErrorResponse
+from mq.protocol.apis import ALL_REQUESTS, INTER_BROKER_REQUESTS
+from mq.protocol.messages import ErrorResponse
 from mq.protocol.reference import (
     BATCH_FIELD_NOTES,
     RECORD_BATCH_PATH,
