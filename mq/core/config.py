@@ -220,8 +220,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("replica.fetch.max.bytes", int, MIB, "Bytes a follower asks for per partition (at least one batch is returned).", _at_least(1)),
     _key("replica.fetch.wait.max.ms", int, 500, "Longest a follower's fetch waits on the leader for data; must be below replica.lag.time.max.ms.", _at_least(0)),
     _key("replica.fetch.min.bytes", int, 1, "The leader answers a follower's fetch once this many bytes are available.", _at_least(0)),
-    _key("broker.heartbeat.interval.ms", int, 2000, "How often a broker heartbeats to the active controller.", _at_least(1)),
-    _key("broker.session.timeout.ms", int, 9000, "The controller fences a broker silent for this long; must exceed the heartbeat interval.", _at_least(1)),
+    _key("broker.heartbeat.interval.ms", int, 500, "How often a broker heartbeats to the active controller (Kafka: 2000; shorter here so a dead leader is replaced within about 2 s).", _at_least(1)),
+    _key("broker.session.timeout.ms", int, 2000, "The controller fences a broker silent for this long (Kafka: 9000); must exceed the heartbeat interval.", _at_least(1)),
     _key("controller.quorum.voters", _quorum_voters, "", "The metadata quorum's voters (empty: single node).", (_voters_ok, "id@host:port, comma-separated")),
     _key("controller.quorum.election.timeout.ms", int, 1000, "Base Raft election timeout; each node randomizes within [t, 2t).", _at_least(1)),
     _key("controller.quorum.fetch.timeout.ms", int, 2000, "A follower that hears nothing from the leader this long starts an election; a leader without fetches from a majority this long resigns.", _at_least(1)),
@@ -256,8 +256,8 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = MIB
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
-    broker_heartbeat_interval_ms: int = 2000
-    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 2000
     controller_quorum_voters: str = ""
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000
