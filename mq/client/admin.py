@@ -191,6 +191,18 @@ class Admin:
         await self._client.close()
 
     async def _to_controller(self, request: m.Request) -> m.Response:
+        """Send to the active controller (any broker forwards there); while the quorum
+        elects one (``NOT_CONTROLLER`` in the answer) refresh metadata and try again
+        until ``request_timeout_ms``."""
+        deadline = self._client.now_ms() + self.request_timeout_ms
+        while True:
+            response = await self._send_to_controller(request)
+            if not _names_no_controller(response) or self._client.now_ms() >= deadline:
+                return response
+            await asyncio.sleep(CONTROLLER_RETRY_BACKOFF_S)
+            await self._client.refresh_metadata()
+
+    async def _send_to_controller(self, request: m.Request) -> m.Response:
         md = self._client.metadata
         if md.last_refresh_ms is None:
             await self._client.refresh_metadata()
@@ -317,3 +329,12 @@ class Admin:
             response.cluster_id, response.controller_id,  # type: ignore[attr-defined]
             tuple(BrokerDescription(b.node_id, b.host, b.port, b.rack)
                   for b in sorted(response.brokers, key=lambda b: b.node_id)))  # type: ignore[attr-defined]
+
+
+CONTROLLER_RETRY_BACKOFF_S = 0.1
+
+
+def _names_no_controller(response: m.Response) -> bool:
+    """Whether any result of an admin response says the controller was unavailable."""
+    results = getattr(response, "topics", None) or getattr(response, "results", None) or []
+    return any(getattr(r, "error_code", 0) == ErrorCode.NOT_CONTROLLER for r in results)

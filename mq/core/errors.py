@@ -50,6 +50,7 @@ class ErrorCode(IntEnum):
     INVALID_PARTITIONS = (37, False, "The number of partitions is invalid.")
     INVALID_REPLICATION_FACTOR = (38, False, "The replication factor is invalid.")
     INVALID_CONFIG = (40, False, "A configuration value is invalid.")
+    NOT_CONTROLLER = (41, True, "This broker is not the active controller, or the quorum is electing one.")
     INVALID_REQUEST = (42, False, "The request is malformed.")
     POLICY_VIOLATION = (44, False, "The request violates a configured policy.")
     KAFKA_STORAGE_ERROR = (56, True, "The broker could not read or write its log directory.")

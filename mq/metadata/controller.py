@@ -1,10 +1,16 @@
-"""The quorum controller: validates admin requests and answers them with records.
+"""The quorum controller: validates requests and answers them with records.
 
-Each handler returns ``ControllerResult(records, response)`` and changes nothing; the
-caller appends ``records`` to the metadata log and, once they are committed, calls
-``replay`` (Kafka's ``QuorumController``/``ControllerResult`` split). With one node a
-record is committed as soon as it is appended and fsynced; the next issue puts a Raft
-quorum under the same log without touching these handlers.
+Each handler returns ``ControllerResult(records, response)`` and changes no metadata;
+the shell proposes ``records`` to the Raft log and answers once they are committed
+(Kafka's ``QuorumController``/``ControllerResult`` split). Only ``replay`` moves the
+image. The active controller replays its own proposals at once (speculatively), so two
+requests handled before a commit see each other; when it stops being active the shell
+calls ``reset(committed_image)``.
+
+Besides the image, the active controller keeps broker sessions in memory
+(``mq.metadata.brokers``): heartbeats refresh them, ``tick`` fences brokers whose
+session expired and elects new leaders for their partitions (``mq.metadata.election``).
+Handlers read state only from ``self.image`` and that session table.
 """
 
 from __future__ import annotations
@@ -12,19 +18,35 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 from mq.core.config import TOPIC_KEYS_BY_NAME, BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
+from mq.metadata import election
+from mq.metadata.alter_partition import alter_partition
+from mq.metadata.brokers import BrokerSessions
 from mq.metadata.image import MetadataImage
+from mq.metadata.placement import assign_replicas
 from mq.metadata.records import (
     METADATA_TOPIC,
     ConfigRecord,
+    FenceBrokerRecord,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
+    RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
+)
+from mq.metadata.result import ControllerResult
+from mq.protocol.inter_broker import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
 )
 from mq.protocol.messages import (
     AlterableConfig,
@@ -41,19 +63,13 @@ from mq.protocol.messages import (
     DeleteTopicsResponse,
 )
 
-T = TypeVar("T")
+__all__ = ["AlterConfigsOutcome", "ControllerResult", "QuorumController", "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS_PER_TOPIC = 10_000
 """A guard against one request creating millions of logs (Kafka has none; we would
 rather refuse than exhaust file descriptors)."""
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerResult(Generic[T]):
-    records: list[MetadataRecord]
-    response: T
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +94,135 @@ def validate_topic_name(name: str) -> None:
 
 
 class QuorumController:
-    """Turns CreateTopics, DeleteTopics and AlterConfigs into metadata records."""
+    """Turns admin and broker life-cycle requests into metadata records."""
 
-    def __init__(self, config: BrokerConfig, *, rng: Rng, broker_ids: Iterable[int] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, rng: Rng) -> None:
         self.config = config
         self.image = MetadataImage()
-        self.broker_ids = sorted(broker_ids if broker_ids is not None else [config.node_id])
+        self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+        self.active = False
         self._rng = rng
 
-    def replay(self, records: Iterable[MetadataRecord], *, last_offset: int) -> MetadataImage:
-        """The only state change: committed records move the image forward."""
+    def replay(self, records: Iterable[MetadataRecord], *, last_offset: int | None = None) -> MetadataImage:
+        """The only change to the image: committed records, or (on the active
+        controller) its own proposals right after proposing them."""
         self.image = self.image.apply(records, last_offset=last_offset)
         return self.image
+
+    def activate(self, now_ms: int) -> None:
+        """This controller became active: every registered broker gets a fresh session."""
+        self.active = True
+        self.sessions.clear()
+        for broker_id in self.image.brokers:
+            self.sessions.start(broker_id, now_ms)
+
+    def reset(self, image: MetadataImage) -> None:
+        """No longer active: drop speculative state and go back to ``image`` (committed)."""
+        self.active = False
+        self.image = image
+        self.sessions.clear()
+
+    def _eligible(self, image: MetadataImage) -> election.Eligible:
+        return election.eligible_in(image, self.sessions.is_shutting_down)
+
+    # ------------------------------------------------------------ broker life cycle
+
+    def register_broker(
+        self, request: BrokerRegistrationRequest, *, next_offset: int, now_ms: int
+    ) -> ControllerResult[BrokerRegistrationResponse]:
+        """``next_offset``: the metadata offset the proposed records will get; it becomes
+        the broker epoch. A retry from the same incarnation gets its current epoch."""
+        if request.broker_id < 0 or not request.listeners:
+            return ControllerResult([], BrokerRegistrationResponse(ErrorCode.INVALID_REQUEST))
+        existing = self.image.broker(request.broker_id)
+        if existing is not None and existing.incarnation_id == request.incarnation_id:
+            self.sessions.touch(request.broker_id, now_ms)
+            return ControllerResult([], BrokerRegistrationResponse(ErrorCode.NONE, existing.broker_epoch))
+        listener = request.listeners[0]
+        record = RegisterBrokerRecord(request.broker_id, next_offset, request.incarnation_id,
+                                      listener.host, listener.port, request.rack)
+        records: list[MetadataRecord] = [record]
+        self.sessions.start(request.broker_id, now_ms)
+        if existing is not None:  # the old incarnation's leadership and ISR seats go
+            after = self.image.apply(records)
+            records.extend(election.remove_broker(after, request.broker_id, eligible=self._eligible(after)))
+        return ControllerResult(records, BrokerRegistrationResponse(ErrorCode.NONE, next_offset))
+
+    def broker_heartbeat(
+        self, request: BrokerHeartbeatRequest, *, now_ms: int
+    ) -> ControllerResult[BrokerHeartbeatResponse]:
+        """Refresh the session; unfence a caught-up broker (and let it lead partitions
+        that have no leader), fence one that asks, or run a controlled shutdown step:
+        move leadership off it first, then (nothing left to move) fence it and answer
+        ``should_shutdown``."""
+        broker_id = request.broker_id
+        broker = self.image.broker(broker_id)
+        if broker is None or broker.broker_epoch != request.broker_epoch:
+            return ControllerResult([], BrokerHeartbeatResponse(ErrorCode.STALE_BROKER_EPOCH))
+        self.sessions.touch(broker_id, now_ms)
+        was_shutting_down = self.sessions.is_shutting_down(broker_id)
+        self.sessions.set_shutting_down(broker_id, request.want_shutdown)
+        caught_up = request.current_metadata_offset >= broker.broker_epoch
+        records: list[MetadataRecord] = []
+        should_shutdown = False
+        if request.want_shutdown:
+            if not broker.fenced:
+                records = election.controlled_shutdown(self.image, broker_id, eligible=self._eligible(self.image))
+                if not any(self._moves_leadership(r) for r in records):
+                    records = self._fence(self.image, broker_id, broker.broker_epoch)
+            should_shutdown = not records or isinstance(records[0], FenceBrokerRecord)
+        elif request.want_fence:
+            if not broker.fenced:
+                records = self._fence(self.image, broker_id, broker.broker_epoch)
+        elif broker.fenced and caught_up:
+            records = [UnfenceBrokerRecord(broker_id, broker.broker_epoch)]
+            after = self.image.apply(records)
+            records.extend(election.elect_leaderless(after, eligible=self._eligible(after), broker_id=broker_id))
+        elif was_shutting_down and not broker.fenced:  # shutdown called off: it may lead again
+            records.extend(election.elect_leaderless(self.image, eligible=self._eligible(self.image),
+                                                     broker_id=broker_id))
+        after_broker = self.image.apply(records).broker(broker_id)
+        fenced = after_broker is None or after_broker.fenced
+        return ControllerResult(records, BrokerHeartbeatResponse(
+            ErrorCode.NONE, is_caught_up=caught_up, is_fenced=fenced, should_shutdown=should_shutdown))
+
+    def _moves_leadership(self, record: MetadataRecord) -> bool:
+        if not isinstance(record, PartitionChangeRecord):
+            return False
+        part = self.image.topics[record.topic].partitions[record.partition]
+        return record.leader != part.leader
+
+    def _fence(self, image: MetadataImage, broker_id: int, broker_epoch: int) -> list[MetadataRecord]:
+        """FenceBrokerRecord, then the broker leaves every ISR (but a last seat) and its
+        partitions get new leaders."""
+        records: list[MetadataRecord] = [FenceBrokerRecord(broker_id, broker_epoch)]
+        after = image.apply(records)
+        records.extend(election.remove_broker(after, broker_id, eligible=self._eligible(after)))
+        return records
+
+    def tick(self, now_ms: int) -> list[MetadataRecord]:
+        """Fence every unfenced broker whose session expired (active controller only)."""
+        if not self.active:
+            return []
+        records: list[MetadataRecord] = []
+        image = self.image
+        for broker_id in self.sessions.expired(image.live_broker_ids(), now_ms):
+            broker = image.brokers[broker_id]
+            fenced = self._fence(image, broker_id, broker.broker_epoch)
+            records.extend(fenced)
+            image = image.apply(fenced)
+        return records
+
+    def next_deadline_ms(self) -> int | None:
+        """When ``tick`` next has something to do (None: nothing scheduled)."""
+        if not self.active:
+            return None
+        return self.sessions.next_deadline_ms(self.image.live_broker_ids())
+
+    def alter_partition(
+        self, request: AlterPartitionRequest, *, now_ms: int
+    ) -> ControllerResult[AlterPartitionResponse]:
+        return alter_partition(self.image, request, shutting_down=self.sessions.is_shutting_down)
 
     # ------------------------------------------------------------ CreateTopics
 
@@ -127,16 +260,19 @@ class QuorumController:
             raise MqError(ErrorCode.INVALID_PARTITIONS,
                           f"num_partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}")
         rf = self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-        if not 1 <= rf <= len(self.broker_ids):
+        live = self.image.live_broker_ids()
+        if not 1 <= rf <= len(live):
             raise MqError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                          f"replication factor {rf} must be between 1 and the number of brokers ({len(self.broker_ids)})")
+                          f"replication factor {rf} must be between 1 and the number of live brokers "
+                          f"({len(live)} alive: {live})")
         TopicConfig.from_kafka(topic.configs, base=self.config.topic_defaults())
         topic_id = _uuid_text(self._rng.randbytes(16))
         records: list[MetadataRecord] = [TopicRecord(topic.name, topic_id)]
         for name in sorted(topic.configs):
             records.append(ConfigRecord(topic.name, name, str(topic.configs[name])))
-        for p in range(partitions):
-            replicas = self._assign_replicas(p, rf)
+        start = self._rng.randint(0, len(live) - 1)
+        shift = self._rng.randint(0, max(0, len(live) - 2))
+        for p, replicas in enumerate(assign_replicas(live, partitions, rf, start_index=start, shift=shift)):
             records.append(PartitionRecord(topic.name, p, replicas, replicas[0], 0, replicas, 0))
         return records, partitions, rf
 
@@ -146,11 +282,6 @@ class QuorumController:
         for other in [*self.image.topics, *sorted(created)]:
             if other != name and other.replace(".", "_") == normalized:
                 raise MqError(ErrorCode.INVALID_TOPIC, f"topic {name!r} collides with existing topic {other!r}")
-
-    def _assign_replicas(self, partition: int, rf: int) -> tuple[int, ...]:
-        """Round-robin: partition p starts at broker p mod n (Kafka's rack-unaware rule)."""
-        n = len(self.broker_ids)
-        return tuple(self.broker_ids[(partition + i) % n] for i in range(rf))
 
     # ------------------------------------------------------------ DeleteTopics
 
@@ -187,7 +318,13 @@ class QuorumController:
         except MqError as err:
             return _config_error(resource, err.code, err.message)
         ok = AlterConfigsResult(ConfigResourceType.TOPIC, name, ErrorCode.NONE)
-        return ControllerResult([] if validate_only else records, ok)
+        if validate_only:
+            return ControllerResult([], ok)
+        after = self.image.apply(records)
+        if self.active and election.unclean_enabled(after.topics[name]):
+            # Kafka elects at once where unclean election was just allowed.
+            records.extend(election.elect_leaderless(after, eligible=self._eligible(after), topic_name=name))
+        return ControllerResult(records, ok)
 
 
 def _apply_change(topic: str, change: AlterableConfig, overrides: dict[str, str]) -> ConfigRecord:

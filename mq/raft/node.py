@@ -143,6 +143,13 @@ class RaftNode:
         replication.release_parked(self, now_ms, only_expired=False)
         return self._ready()
 
+    def campaign(self, now_ms: int) -> Ready:
+        """Start an election now instead of at the election deadline: a lone voter has
+        nobody to wait for, so a single-node quorum elects itself at start-up."""
+        if not self.is_leader:
+            election.start_prospective(self, now_ms)
+        return self._ready()
+
     def create_snapshot(self, end_offset: int, data: bytes) -> Snapshot:
         """Compact the log below ``end_offset`` with the application's state at that point."""
         if not self.log.start_offset < end_offset <= self._applied:

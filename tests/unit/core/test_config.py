@@ -79,7 +79,7 @@ def test_replication_and_quorum_settings_have_kafkas_defaults() -> None:
     assert (broker.replica_lag_time_max_ms, broker.replica_fetch_backoff_ms) == (30_000, 1000)
     assert (broker.replica_fetch_max_bytes, broker.replica_fetch_wait_max_ms) == (1 << 20, 500)
     assert broker.replica_fetch_min_bytes == 1
-    assert (broker.broker_heartbeat_interval_ms, broker.broker_session_timeout_ms) == (2000, 9000)
+    assert (broker.broker_heartbeat_interval_ms, broker.broker_session_timeout_ms) == (500, 2000)
     assert (broker.controller_quorum_election_timeout_ms,
             broker.controller_quorum_fetch_timeout_ms) == (1000, 2000)
     assert broker.controller_quorum_voters == "" and broker.quorum_voters == ()
@@ -109,7 +109,7 @@ def test_malformed_quorum_voters_are_refused(voters: str) -> None:
     ({"replica.fetch.wait.max.ms": "30000"}, "replica.fetch.wait.max.ms must be below"),
     ({"replica.lag.time.max.ms": "500"}, "replica.fetch.wait.max.ms must be below"),
     ({"broker.heartbeat.interval.ms": "9000"}, "broker.heartbeat.interval.ms must be below"),
-    ({"broker.session.timeout.ms": "1000"}, "broker.heartbeat.interval.ms must be below"),
+    ({"broker.session.timeout.ms": "400"}, "broker.heartbeat.interval.ms must be below"),
     ({"replica.fetch.max.bytes": "0"}, ">= 1"),
 ])
 def test_inconsistent_replication_timeouts_are_refused(values: dict, fragment: str) -> None:

@@ -1,0 +1,120 @@
+"""The control plane of three brokers in one process: the metadata quorum elects a
+controller, brokers register and are unfenced, admin requests are forwarded to the
+controller and answered once committed, and a dead broker is fenced and its
+leaderships move."""
+
+from __future__ import annotations
+
+from mq.broker.outbound import Pending
+from mq.core.errors import ErrorCode
+from mq.core.types import TopicPartition
+from mq.protocol.messages import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
+from tests.unit.broker.control_harness import ControlCluster
+
+
+def _controller(cluster: ControlCluster) -> int | None:
+    leaders = {cluster.plane(i).controller_id for i in cluster.live()}
+    return leaders.pop() if len(leaders) == 1 else None
+
+
+def _all_ready(cluster: ControlCluster) -> bool:
+    return all(cluster.plane(i).is_ready for i in cluster.live())
+
+
+def _create(cluster: ControlCluster, via: int, name: str, partitions: int, rf: int) -> CreateTopicsResponse:
+    outcome = cluster.request(via, CreateTopicsRequest([CreatableTopic(name, partitions, rf)]))
+    if isinstance(outcome, Pending):
+        cluster.run_until(lambda: (via, outcome.op_id) in cluster.answers, timeout_ms=5000)
+        outcome = cluster.answers[(via, outcome.op_id)]
+    assert isinstance(outcome, CreateTopicsResponse)
+    return outcome
+
+
+def test_three_voters_elect_one_controller_and_every_broker_becomes_ready() -> None:
+    cluster = ControlCluster()
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    controller = _controller(cluster)
+    image = cluster.plane(controller).image
+    assert sorted(image.brokers) == [1, 2, 3]
+    assert image.live_broker_ids() == [1, 2, 3]
+    epochs = {cluster.plane(i).broker_epoch for i in cluster.ids}
+    assert len(epochs) == 3 and min(epochs) >= 0
+
+
+def test_create_topics_on_a_follower_is_forwarded_and_answered_after_commit() -> None:
+    cluster = ControlCluster()
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    follower = next(i for i in cluster.ids if i != _controller(cluster))
+    response = _create(cluster, follower, "payments", 6, 3)
+    assert response.topics[0].error_code == ErrorCode.NONE, response
+    cluster.run(200)
+    for i in cluster.ids:
+        topic = cluster.plane(i).image.topic("payments")
+        assert topic is not None and len(topic.partitions) == 6
+    leaders = [cluster.plane(1).image.partition(TopicPartition("payments", p)).leader for p in range(6)]
+    assert sorted(leaders) == [1, 1, 2, 2, 3, 3]  # leaders spread evenly
+
+
+def test_a_crashed_broker_is_fenced_and_its_partitions_get_new_leaders() -> None:
+    cluster = ControlCluster()
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    assert _create(cluster, 1, "t", 3, 3).topics[0].error_code == ErrorCode.NONE
+    cluster.run(200)
+    victim = next(i for i in cluster.ids if i != _controller(cluster))
+    led = [p for p in range(3) if cluster.plane(1).image.partition(TopicPartition("t", p)).leader == victim]
+    epochs = {p: cluster.plane(1).image.partition(TopicPartition("t", p)).leader_epoch for p in led}
+    cluster.crash(victim)
+    survivor = cluster.live()[0]
+    cluster.run_until(lambda: cluster.plane(survivor).image.broker(victim).fenced, timeout_ms=15_000)
+    for p in led:
+        state = cluster.plane(survivor).image.partition(TopicPartition("t", p))
+        assert state.leader not in (victim, -1)
+        assert state.leader_epoch == epochs[p] + 1
+        assert victim not in state.isr
+
+
+def test_the_controller_crashing_elects_another_and_a_restarted_broker_gets_a_new_epoch() -> None:
+    cluster = ControlCluster()
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    old = _controller(cluster)
+    old_epoch = cluster.plane(old).broker_epoch
+    cluster.crash(old)
+    cluster.run_until(lambda: _controller(cluster) not in (None, old), timeout_ms=15_000)
+    cluster.start(old)
+    cluster.run_until(lambda: _all_ready(cluster), timeout_ms=15_000)
+    assert cluster.plane(old).broker_epoch > old_epoch
+    assert _create(cluster, old, "after", 2, 3).topics[0].error_code == ErrorCode.NONE
+
+
+def test_a_single_voter_is_ready_at_once() -> None:
+    cluster = ControlCluster(node_ids=(1,))
+    cluster.run_until(lambda: _all_ready(cluster), timeout_ms=200)
+    assert cluster.plane(1).is_active_controller
+    assert _create(cluster, 1, "solo", 1, 1).topics[0].error_code == ErrorCode.NONE
+
+
+def test_metadata_survives_a_crash_of_every_voter() -> None:
+    cluster = ControlCluster(seed=7)
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    assert _create(cluster, 2, "durable", 4, 3).topics[0].error_code == ErrorCode.NONE
+    for i in cluster.ids:
+        cluster.crash(i)
+    for i in cluster.ids:
+        cluster.start(i)
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster), timeout_ms=30_000)
+    for i in cluster.ids:
+        assert len(cluster.plane(i).image.topic("durable").partitions) == 4
+
+
+def test_controlled_shutdown_moves_leadership_before_the_broker_may_exit() -> None:
+    cluster = ControlCluster(seed=3)
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    assert _create(cluster, 1, "t", 3, 3).topics[0].error_code == ErrorCode.NONE
+    cluster.run(100)
+    leaving = 2
+    cluster.plane(leaving).begin_shutdown(now_ms=cluster.now_ms)
+    cluster.run_until(lambda: cluster.plane(leaving).shutdown_complete, timeout_ms=5000)
+    image = cluster.plane(leaving).image
+    for p in range(3):
+        state = image.partition(TopicPartition("t", p))
+        assert state.leader != leaving and leaving not in state.isr
