@@ -28,10 +28,13 @@ from mq.core.errors import ErrorCode, MqError
 from mq.protocol.codec import decode_request, encode_response
 from mq.protocol.errors import ProtocolError
 from mq.protocol.frame import Frame, FrameDecoder
-from mq.protocol.messages import ErrorResponse, Response
+from mq.protocol.messages import ApiKey, ErrorResponse, Response
 
 if TYPE_CHECKING:
     from mq.aio.server import BrokerServer
+
+ONE_WAY_APIS = frozenset({int(ApiKey.RAFT)})
+"""API keys never answered, not even with an error: the sender keeps no response slot."""
 
 log = logging.getLogger("mq.aio.connection")
 
@@ -124,6 +127,8 @@ class BrokerConnection(asyncio.Protocol):
             if err.correlation_id is None:
                 raise
             self.server.warn_bad_request(self.peer, err.code, err.message)
+            if _api_key_of(frame) in ONE_WAY_APIS:
+                return  # the sender expects no answer, not even an error
             slot = Slot(err.correlation_id, "invalid", started)
             slot.data = encode_response(ErrorResponse(err.code, err.message), correlation_id=err.correlation_id)
             self.slots.append(slot)
@@ -198,6 +203,11 @@ class BrokerConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.closed = True
             self.transport.close()
+
+
+def _api_key_of(frame: Frame) -> int | None:
+    header = frame.header
+    return header[0] if type(header) is list and len(header) == 5 and type(header[0]) is int else None
 
 
 def internal_error(exc: BaseException) -> Response:

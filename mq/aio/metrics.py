@@ -59,6 +59,10 @@ class _NodeCollector(Collector):
         waiting = GaugeMetricFamily("mq_delayed_fetches", "Long-poll fetches waiting for data")
         waiting.add_metric([], len(self.node.purgatory))
         yield waiting
+        peers = self.server.peers if self.server is not None else None
+        in_flight = GaugeMetricFamily("mq_peer_requests_in_flight", "Requests to other nodes awaiting an answer")
+        in_flight.add_metric([], peers.in_flight() if peers is not None else 0)
+        yield in_flight
 
 
 class BrokerMetrics:

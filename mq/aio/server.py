@@ -4,7 +4,13 @@ Everything that decides something lives in the node; this module only moves byte
 and time: it feeds decoded requests to the node, routes completed operations back to
 their connection, runs one group-commit fsync per event-loop turn (all appends of
 that turn share it), expires long-poll fetches, sweeps idle and slow connections, and
-calls ``node.poll`` for periodic work.
+calls ``node.poll`` for periodic work at the deadline it returns.
+
+Requests to other nodes go through ``PeerNetwork`` (``mq.aio.peers``): after every
+event (requests read, a completion, a group commit, a poll, a peer's response) the
+server delivers completions and sends what ``node.take_outbound()`` holds. It also
+notices when the node becomes ready (``ready``) and, after ``begin_shutdown``, when
+its controlled shutdown is over (``shutdown_done``).
 
 Failpoint ``broker.before_produce_response`` fires just before a produce response
 (immediate or released by a group commit) goes to its connection: the records are
@@ -20,8 +26,9 @@ import logging
 import socket
 import time
 
-from mq.aio.connection import BrokerConnection, internal_error
+from mq.aio.connection import ONE_WAY_APIS, BrokerConnection, internal_error
 from mq.aio.metrics import BrokerMetrics
+from mq.aio.peers import DEFAULT_REQUEST_TIMEOUT_MS, PeerNetwork
 from mq.broker.node import BrokerNode, Pending
 from mq.core import failpoints
 from mq.core.clock import Clock, SystemClock
@@ -33,6 +40,12 @@ from mq.protocol.messages import ProduceResponse, Request, Response
 log = logging.getLogger("mq.aio.server")
 
 PRODUCE_RESPONSE_FAILPOINT = "broker.before_produce_response"
+MAX_POLL_INTERVAL_MS = 1000
+"""``node.poll`` runs at least this often, whatever deadline it asked for."""
+POLL_AFTER_PEER_EVENT_MS = 10
+"""A peer's answer or Raft message may move the node's next deadline earlier (a new
+election or fetch timer); the node has no cheap "next deadline" query, so ``poll``
+runs again at most this long after such an event (coalesced: at most one per period)."""
 
 
 def before_produce_response(response: Response) -> Response:
@@ -60,6 +73,14 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._poll_timer: asyncio.TimerHandle | None = None
+        self._shutting_down = False
+        self._stopping = False
+        self.peers: PeerNetwork | None = None
+        self.ready = asyncio.Event()
+        """Set once ``node.is_ready`` has been seen true."""
+        self.shutdown_done = asyncio.Event()
+        """Set once ``node.shutdown_complete`` after ``begin_shutdown``."""
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -68,7 +89,10 @@ class BrokerServer:
             lambda: BrokerConnection(self), host, port, reuse_address=True, backlog=1024)
         sock = self._server.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
+        self.peers = PeerNetwork(self.node, client_id=f"broker-{self.config.node_id}", clock=self.clock,
+                                 on_event=self._after_peer_event, request_timeout_ms=DEFAULT_REQUEST_TIMEOUT_MS)
         self._sweeper = asyncio.create_task(self._sweep())
+        self._poll()
         return self.address
 
     # ------------------------------------------------------------ connections
@@ -99,6 +123,9 @@ class BrokerServer:
     # ------------------------------------------------------------ requests
 
     def handle(self, peer: str, header: RequestHeader, request: Request) -> Response | Pending | None:
+        if header.api_key in ONE_WAY_APIS:
+            self._handle_one_way(peer, header, request)
+            return None
         try:
             outcome = self.node.handle(header, request, now_ms=self.clock.wall_ms())
         except MqError as err:
@@ -114,6 +141,20 @@ class BrokerServer:
         if isinstance(outcome, ProduceResponse):
             return before_produce_response(outcome)
         return outcome
+
+    def _handle_one_way(self, peer: str, header: RequestHeader, request: Request) -> None:
+        try:
+            outcome = self.node.handle(header, request, now_ms=self.clock.wall_ms())
+        except MqError as err:  # a peer's bad message: one line, no answer
+            self.warn_bad_request(peer, err.code, err.message)
+            return
+        except Exception:  # a broker bug, not peer input: keep the trace
+            log.exception("internal_error peer=%s api=%s", peer, header.api_key.name)
+            return
+        self._poll_soon()
+        if outcome is not None:
+            log.error("one_way_answered peer=%s api=%s: dropped %s", peer, header.api_key.name,
+                      type(outcome).__name__)
 
     def await_op(self, pending: Pending, conn: BrokerConnection) -> None:
         self._owners[pending.op_id] = conn
@@ -140,6 +181,10 @@ class BrokerServer:
             self._commit_scheduled = True
             self._loop.call_soon(self._group_commit)
 
+    def _after_peer_event(self) -> None:
+        self.after_requests()
+        self._poll_soon()
+
     def _group_commit(self) -> None:
         self._commit_scheduled = False
         try:
@@ -149,6 +194,7 @@ class BrokerServer:
         self._deliver()
 
     def _deliver(self) -> None:
+        """Completions to their connections, outbound requests to the peers."""
         for tp, err in self.node.take_corruption_reports():
             log.warning("corrupt_data_not_served partition=%s file=%s position=%d problem=%r",
                         tp, err.path, err.position, err.problem)
@@ -161,34 +207,63 @@ class BrokerServer:
                 if isinstance(response, ProduceResponse):
                     response = before_produce_response(response)
                 conn.complete(op_id, response)
+        if self.peers is not None:
+            try:
+                self.peers.pump()
+            except Exception:  # a broker bug: keep serving, keep the trace
+                log.exception("outbound_failed")
+        if not self.ready.is_set() and self.node.is_ready:
+            self.ready.set()
+        if self._shutting_down and not self.shutdown_done.is_set() and self.node.shutdown_complete:
+            self.shutdown_done.set()
 
     # ------------------------------------------------------------ periodic work
+
+    def _poll(self) -> None:
+        """``node.poll`` now; then again at the deadline it returns (at most a second away)."""
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
+        wall = self.clock.wall_ms()
+        try:
+            deadline_ms = self.node.poll(now_ms=wall)
+        except MqError as err:
+            log.error("periodic_work_failed code=%s reason=%r", err.code.name, err.message)
+            deadline_ms = wall + MAX_POLL_INTERVAL_MS
+        except Exception:  # a broker bug: the timer must not die with it
+            log.exception("periodic_work_failed")
+            deadline_ms = wall + MAX_POLL_INTERVAL_MS
+        for tp, err in self.node.take_storage_errors():
+            log.error("log_offline partition=%s code=%s reason=%r", tp, err.code.name, err.message)
+        self.after_requests()
+        self._schedule_poll(deadline_ms)
+
+    def _poll_soon(self) -> None:
+        self._schedule_poll(self.clock.wall_ms() + POLL_AFTER_PEER_EVENT_MS)
+
+    def _schedule_poll(self, deadline_ms: int) -> None:
+        """Call ``_poll`` at wall time ``deadline_ms`` (unless one is due sooner)."""
+        if self._loop is None or self._stopping:
+            return
+        delay_ms = min(max(deadline_ms - self.clock.wall_ms(), 1), MAX_POLL_INTERVAL_MS)
+        when = self._loop.time() + delay_ms / 1000
+        if self._poll_timer is not None:
+            if self._poll_timer.when() <= when:
+                return
+            self._poll_timer.cancel()
+        self._poll_timer = self._loop.call_at(when, self._poll)
 
     def _sweep_interval(self) -> float:
         ms = min(1000, self.config.request_read_timeout_ms // 4, self.config.connections_max_idle_ms // 4)
         return max(ms, 10) / 1000
 
     async def _sweep(self) -> None:
-        """Close slow and idle connections; run the node's periodic work."""
-        next_poll_ms = 0
+        """Close slow and idle connections."""
         while True:
             await asyncio.sleep(self._sweep_interval())
             now = time.monotonic()
             for conn in list(self.connections):
                 self._check_connection(conn, now)
-            wall = self.clock.wall_ms()
-            if wall >= next_poll_ms:
-                try:
-                    next_poll_ms = self.node.poll(now_ms=wall)
-                except MqError as err:
-                    log.error("periodic_work_failed code=%s reason=%r", err.code.name, err.message)
-                    next_poll_ms = wall + 1000
-                except Exception:  # a broker bug: the sweeper must not die with it
-                    log.exception("periodic_work_failed")
-                    next_poll_ms = wall + 1000
-                for tp, err in self.node.take_storage_errors():
-                    log.error("log_offline partition=%s code=%s reason=%r", tp, err.code.name, err.message)
-                self.after_requests()
 
     def _check_connection(self, conn: BrokerConnection, now: float) -> None:
         read_timeout = self.config.request_read_timeout_ms / 1000
@@ -201,8 +276,32 @@ class BrokerServer:
 
     # ------------------------------------------------------------ shutdown
 
+    async def controlled_shutdown(self, *, timeout_s: float, interrupt: asyncio.Event | None = None) -> bool:
+        """``node.begin_shutdown``, keep serving until ``node.shutdown_complete`` (leadership
+        moved away), ``timeout_s`` passes or ``interrupt`` is set; True if it completed."""
+        self._shutting_down = True
+        try:
+            self.node.begin_shutdown(now_ms=self.clock.wall_ms())
+        except Exception:  # a broker bug: fall back to an uncontrolled shutdown
+            log.exception("controlled_shutdown_failed")
+            return False
+        self._poll()  # runs after_requests: sends the shutdown request, notices completion
+        waits = [asyncio.ensure_future(self.shutdown_done.wait())]
+        if interrupt is not None:
+            waits.append(asyncio.ensure_future(interrupt.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return self.shutdown_done.is_set()
+
     async def stop(self, *, drain_timeout_s: float = 5.0) -> None:
         """Stop accepting, answer what is in flight, flush and checkpoint, close."""
+        self._stopping = True
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -215,6 +314,8 @@ class BrokerServer:
             await asyncio.sleep(0.01)
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.peers is not None:
+            self.peers.close()  # nothing more goes out; no answer reaches the node after this
         self.node.shutdown(now_ms=self.clock.wall_ms())
         self._deliver()
         for conn in list(self.connections):

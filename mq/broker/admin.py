@@ -1,7 +1,8 @@
 """ApiVersions, Metadata, and the admin APIs (topics and configs).
 
-Topic changes go through the controller: it returns records, the node commits them to
-the metadata log and replays them, and only then do logs appear or disappear.
+Topic changes (CreateTopics, DeleteTopics, AlterConfigs) go to the control plane
+(``mq.broker.control``): the active controller commits them to the metadata log, and
+logs appear or disappear when the broker publishes the committed image.
 """
 
 from __future__ import annotations
@@ -10,22 +11,14 @@ from typing import TYPE_CHECKING
 
 from mq.core.config import BROKER_KEYS, TOPIC_KEYS_BY_NAME, BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode
-from mq.metadata.records import MetadataRecord
 from mq.protocol.codec import SUPPORTED_VERSIONS
 from mq.protocol.messages import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
-    AlterConfigsResult,
     ApiVersionRange,
     ApiVersionsResponse,
     BrokerInfo,
     ConfigEntry,
     ConfigResource,
     ConfigResourceType,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
@@ -47,8 +40,11 @@ def handle_api_versions() -> ApiVersionsResponse:
 
 
 def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataResponse:
-    """``topics=None``: every topic. Topics are never created by a Metadata request
-    (Kafka's auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC."""
+    """From the published metadata image: each partition's leader (LEADER_NOT_AVAILABLE
+    while none is elected), leader epoch, replicas and ISR; the registered brokers
+    (fenced ones flagged); the active controller. ``topics=None``: every topic.
+    Topics are never created by a Metadata request (Kafka's
+    auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC."""
     image = node.image
     names = list(image.topics) if request.topics is None else request.topics
     topics = []
@@ -58,44 +54,28 @@ def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataRespo
             topics.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC, []))
             continue
         partitions = [
-            PartitionMetadata(p, ErrorCode.NONE, pi.leader, pi.leader_epoch, list(pi.replicas), list(pi.isr))
+            PartitionMetadata(
+                p, ErrorCode.NONE if pi.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                pi.leader, pi.leader_epoch, list(pi.replicas), list(pi.isr),
+            )
             for p, pi in topic.partitions.items()
         ]
         topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, False, topic.topic_id))
-    broker = BrokerInfo(node.config.node_id, node.advertised_host, node.advertised_port)
-    return MetadataResponse([broker], node.config.node_id, topics, node.cluster_id)
+    return MetadataResponse(broker_infos(node), node.controller_id, topics, node.cluster_id,
+                            node.controller_epoch)
 
 
-def handle_create_topics(node: BrokerNode, request: CreateTopicsRequest, *, now_ms: int) -> CreateTopicsResponse:
-    result = node.controller.create_topics(request, now_ms=now_ms)
-    node.commit(result.records, now_ms=now_ms)
-    return result.response
-
-
-def handle_delete_topics(node: BrokerNode, request: DeleteTopicsRequest, *, now_ms: int) -> DeleteTopicsResponse:
-    result = node.controller.delete_topics(request, now_ms=now_ms)
-    node.commit(result.records, now_ms=now_ms)
-    return result.response
-
-
-def handle_alter_configs(node: BrokerNode, request: AlterConfigsRequest, *, now_ms: int) -> AlterConfigsResponse:
-    records: list[MetadataRecord] = []
-    results = []
-    for resource in request.resources:
-        if resource.resource_type == ConfigResourceType.TOPIC:
-            result = node.controller.alter_topic_configs(resource, validate_only=request.validate_only)
-            records.extend(result.records)
-            results.append(result.response)
-        elif resource.resource_type == ConfigResourceType.BROKER:
-            results.append(AlterConfigsResult(
-                resource.resource_type, resource.resource_name, ErrorCode.INVALID_CONFIG,
-                "broker configs are static: restart the broker with --config name=value"))
-        else:
-            results.append(AlterConfigsResult(
-                resource.resource_type, resource.resource_name, ErrorCode.INVALID_REQUEST,
-                f"unknown resource type {resource.resource_type}"))
-    node.commit(records, now_ms=now_ms)
-    return AlterConfigsResponse(results)
+def broker_infos(node: BrokerNode) -> list[BrokerInfo]:
+    brokers = getattr(node.image, "brokers", None) or {}
+    infos = [
+        BrokerInfo(b.broker_id, b.host, b.port, b.rack, b.fenced)
+        for _, b in sorted(brokers.items())
+    ]
+    if not any(info.node_id == node.node_id for info in infos):
+        # Not registered yet (or a standalone node): still name ourselves.
+        infos.append(BrokerInfo(node.node_id, node.advertised_host, node.advertised_port))
+        infos.sort(key=lambda info: info.node_id)
+    return infos
 
 
 def handle_describe_configs(node: BrokerNode, request: DescribeConfigsRequest) -> DescribeConfigsResponse:

@@ -44,6 +44,7 @@ from mq.protocol.inter_broker import (
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
+    BrokerListener,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     RaftRequest,
@@ -180,6 +181,12 @@ class ControlPlane:
     def begin_shutdown(self, *, now_ms: int) -> None:
         self.lifecycle.begin_shutdown(now_ms)
         self._after(now_ms)
+
+    def set_advertised(self, host: str, port: int) -> None:
+        """The shell bound the listener (``:0`` picks a port): register with the real one."""
+        if not self.config.quorum_voters:
+            self.voter_addresses = {self.node_id: (host, port)}
+        self.lifecycle.listener = BrokerListener(host, port)
 
     def address_of(self, node_id: int) -> tuple[str, int] | None:
         if node_id in self.voter_addresses:

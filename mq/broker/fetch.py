@@ -1,4 +1,6 @@
-"""Fetch: read whole batches below the high watermark, long-polling when there are none.
+"""Fetch: consumers read whole batches below the high watermark, followers from their
+fetch offset up (their fetch is how the leader learns their progress, KIP-320's
+diverging epoch tells them where to truncate); both long-poll when there is nothing.
 
 A fetch that finds fewer than ``min_bytes`` becomes a ``DelayedFetch`` held in the
 ``FetchPurgatory`` (Kafka's names), watched by each partition it reads. When a
@@ -11,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mq.broker.leadership import find_leader
+from mq.broker.partition import Partition
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
 from mq.protocol.messages import (
@@ -19,7 +23,9 @@ from mq.protocol.messages import (
     FetchRequest,
     FetchResponse,
     FetchTopicResponse,
+    Records,
 )
+from mq.replication import check_leader_epoch as replication_check_leader_epoch
 from mq.storage import LogCorruptedError
 
 if TYPE_CHECKING:
@@ -30,11 +36,14 @@ if TYPE_CHECKING:
 class FetchResult:
     response: FetchResponse
     bytes_read: int
-    has_error: bool
+    has_error: bool  # or a diverging epoch: answer at once either way
 
 
-def read_fetch(node: BrokerNode, request: FetchRequest) -> FetchResult:
-    """One pass over the requested partitions within the byte budgets."""
+def read_fetch(node: BrokerNode, request: FetchRequest, *, now_ms: int) -> FetchResult:
+    """One pass over the requested partitions within the byte budgets. A consumer
+    (``replica_id`` -1) reads below the high watermark from the leader; a follower
+    reads from its fetch offset with no upper bound (and its fetch moves the high
+    watermark)."""
     budget = max(0, min(request.max_bytes, node.config.fetch_max_bytes))
     total = 0
     has_error = False
@@ -42,27 +51,33 @@ def read_fetch(node: BrokerNode, request: FetchRequest) -> FetchResult:
     for topic in request.topics:
         results = []
         for fp in topic.partitions:
-            result = _read_partition(node, TopicPartition(topic.name, fp.partition), fp,
-                                     budget - total, first=(total == 0))
-            size = len(result.records)
-            total += size
-            has_error = has_error or result.error_code != ErrorCode.NONE
+            tp = TopicPartition(topic.name, fp.partition)
+            if request.replica_id >= 0:
+                result = _read_for_follower(node, tp, fp, request, budget - total, first=(total == 0), now_ms=now_ms)
+            else:
+                result = _read_partition(node, tp, fp, budget - total, first=(total == 0))
+            total += len(result.records)
+            has_error = has_error or result.error_code != ErrorCode.NONE or result.diverging_epoch >= 0
             results.append(result)
         topics.append(FetchTopicResponse(topic.name, results))
     return FetchResult(FetchResponse(topics), total, has_error)
 
 
+def _leader_or_error(node: BrokerNode, tp: TopicPartition, current_leader_epoch: int) -> Partition | FetchPartitionResponse:
+    found = find_leader(node, tp, current_leader_epoch)
+    if isinstance(found, tuple):
+        return FetchPartitionResponse(tp.partition, found[0], error_message=found[1])
+    return found
+
+
 def _read_partition(
     node: BrokerNode, tp: TopicPartition, fp: FetchPartition, budget: int, *, first: bool
 ) -> FetchPartitionResponse:
-    partition = node.partitions.get(tp)
-    if partition is None:
-        return FetchPartitionResponse(tp.partition, ErrorCode.UNKNOWN_TOPIC,
-                                      error_message=f"unknown topic-partition {tp}")
+    found = _leader_or_error(node, tp, fp.current_leader_epoch)
+    if isinstance(found, FetchPartitionResponse):
+        return found
+    partition = found
     hw, start = partition.high_watermark, partition.log_start_offset
-    epoch_error = check_leader_epoch(fp.current_leader_epoch, partition.leader_epoch)
-    if epoch_error is not None:
-        return FetchPartitionResponse(tp.partition, epoch_error, hw, hw, start)
     if fp.partition_max_bytes < 0:
         return FetchPartitionResponse(tp.partition, ErrorCode.INVALID_FETCH_SIZE, hw, hw, start,
                                       error_message="partition_max_bytes < 0")
@@ -74,8 +89,52 @@ def _read_partition(
     max_bytes = min(fp.partition_max_bytes, budget)
     if offset >= hw or max_bytes <= 0 and not first:
         return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start)
+    data = _read(node, tp, partition, offset, max(max_bytes, 0), max_offset=hw, first=first)
+    if isinstance(data, FetchPartitionResponse):
+        return data
+    node.stats.fetched(tp.topic, data)
+    return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start, data)
+
+
+def _read_for_follower(
+    node: BrokerNode, tp: TopicPartition, fp: FetchPartition, request: FetchRequest, budget: int, *,
+    first: bool, now_ms: int,
+) -> FetchPartitionResponse:
+    found = _leader_or_error(node, tp, fp.current_leader_epoch)
+    if isinstance(found, FetchPartitionResponse):
+        return found
+    partition = found
+    state = partition.leader
+    assert state is not None
+    decision = state.fetch_from_follower(
+        request.replica_id, fetch_offset=fp.fetch_offset, last_fetched_epoch=fp.last_fetched_epoch,
+        current_leader_epoch=fp.current_leader_epoch, now_ms=now_ms, broker_epoch=request.replica_epoch,
+    )
+    node.follower_fetched(partition, decision)
+    hw, start = decision.high_watermark, partition.log_start_offset
+    if decision.error != ErrorCode.NONE:
+        return FetchPartitionResponse(tp.partition, decision.error, hw, hw, start,
+                                      error_message=f"follower fetch from {request.replica_id}: {decision.error.name}")
+    if decision.diverging_epoch is not None:
+        return FetchPartitionResponse(
+            tp.partition, ErrorCode.NONE, hw, hw, start,
+            diverging_epoch=decision.diverging_epoch.epoch, diverging_end_offset=decision.diverging_epoch.end_offset)
+    max_bytes = min(fp.partition_max_bytes, budget)
+    if fp.fetch_offset == partition.log.log_end_offset or max_bytes <= 0 and not first:
+        return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start)
+    data = _read(node, tp, partition, fp.fetch_offset, max(max_bytes, 0), max_offset=None, first=first)
+    if isinstance(data, FetchPartitionResponse):
+        return data
+    return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start, data)
+
+
+def _read(
+    node: BrokerNode, tp: TopicPartition, partition: Partition, offset: int, max_bytes: int, *,
+    max_offset: int | None, first: bool,
+) -> Records | FetchPartitionResponse:
+    hw, start = partition.high_watermark, partition.log_start_offset
     try:
-        data = partition.log.read(offset, max_bytes=max(max_bytes, 0), max_offset=hw, min_one_batch=first).records
+        return partition.log.read(offset, max_bytes=max_bytes, max_offset=max_offset, min_one_batch=first).records
     except LogCorruptedError as err:
         # Never served; the client gets a named, retriable error (not the file path)
         # and the broker keeps serving every other partition and offset.
@@ -86,15 +145,12 @@ def _read_partition(
                           f"{err.problem}")
     except MqError as err:
         return FetchPartitionResponse(tp.partition, err.code, hw, hw, start, error_message=err.message)
-    node.stats.fetched(tp.topic, data)
-    return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start, data)
 
 
 def check_leader_epoch(requested: int, current: int) -> ErrorCode | None:
     """KIP-320: a client with an older epoch is fenced; a newer one means we are behind."""
-    if requested < 0 or requested == current:
-        return None
-    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+    code = replication_check_leader_epoch(requested, current)
+    return None if code == ErrorCode.NONE else code
 
 
 @dataclass(slots=True)

@@ -1,69 +1,98 @@
 """One broker, sans-IO: requests in, responses out, logs on a ``FileIO``.
 
 The shell (``mq.aio``) decodes frames and calls ``handle(header, request, now_ms)``,
-which returns a response, ``None`` (acks=0: nothing to send) or ``Pending``: the
-answer comes later from ``take_completions()`` — after a group commit under flush
-policy ``always``, or when a long-poll fetch finds data or is expired by the shell
-(``expire``). ``poll(now_ms)`` runs periodic work (retention, flush.ms, checkpoints)
-and returns when it wants to be called next.
+which returns a response, ``None`` (acks=0, a one-way Raft message: nothing to send)
+or ``Pending``: the answer comes later from ``take_completions()`` — after a group
+commit under flush policy ``always``, when the high watermark passes an ``acks=all``
+batch, when a long-poll fetch finds data or is expired by the shell (``expire``), or
+when the controller committed an admin request. Requests to other nodes (Raft, the
+broker's registration and heartbeats, follower fetches, ISR changes) come out of
+``take_outbound()``; their answers go to ``on_response(tag, response | None)``.
+``poll(now_ms)`` runs periodic work (the control plane's timers, retention,
+flush.ms, checkpoints, ISR shrink checks) and returns when it wants to be called next.
+
+The control plane (``mq.broker.control.ControlPlane``: Raft, the metadata log, the
+controller, registration) hands over committed metadata as (before, after) image
+pairs; the data plane (``ReplicaManager``) makes each hosted partition leader,
+follower or neither accordingly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 from mq.broker import admin
 from mq.broker.fetch import DelayedFetch, FetchPurgatory, read_fetch
+from mq.broker.isr import IsrChanges
 from mq.broker.meta import MetaProperties
-from mq.broker.offsets import handle_delete_records, handle_list_offsets
+from mq.broker.offsets import (
+    handle_delete_records,
+    handle_list_offsets,
+    handle_offsets_for_leader_epoch,
+)
+from mq.broker.outbound import Outbound, Pending
 from mq.broker.partition import Partition
-from mq.broker.produce import DelayedProduce, handle_produce
+from mq.broker.produce import AcksAllWaits, DelayedProduce, handle_produce
 from mq.broker.replicas import ReplicaManager
 from mq.broker.stats import BrokerStats
 from mq.core.config import BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.core.types import FlushPolicy, TopicPartition
-from mq.metadata.controller import QuorumController
 from mq.metadata.image import MetadataImage
-from mq.metadata.log import MetadataLog
-from mq.metadata.records import MetadataRecord
 from mq.protocol.codec import RequestHeader
 from mq.protocol.messages import ApiKey, FetchRequest, ProduceRequest, Request, Response
+from mq.replication import FollowerFetchResult, ProducePurgatory
 from mq.storage import LogCorruptedError
 from mq.storage.fileio import FileIO
+
+__all__ = ["MAX_FETCH_WAIT_MS", "BrokerNode", "Outbound", "Pending"]
 
 MAX_FETCH_WAIT_MS = 5 * 60 * 1000
 """A long-poll never parks longer than this, whatever ``max_wait_ms`` asks."""
 
+CONTROL_APIS = frozenset({
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION, ApiKey.RAFT,
+})
+"""Requests the control plane serves (or forwards to the active controller)."""
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """The response to this request will come from ``take_completions``.
-    ``timeout_ms``: the shell calls ``expire(op_id)`` after this long (None: never)."""
-
-    op_id: int
-    timeout_ms: int | None
+_ALTER_PARTITION_HEADER = RequestHeader(ApiKey.ALTER_PARTITION, 0, 0, "isr")
 
 
 class BrokerNode:
     def __init__(
         self, config: BrokerConfig, fileio: FileIO, *, rng: Rng,
-        advertised_host: str, advertised_port: int,
+        advertised_host: str, advertised_port: int, control: Any = None,
     ) -> None:
+        """``control``: a stand-in for the ``ControlPlane`` (tests drive the data
+        plane with hand-built images); None builds the real one."""
         self.config = config
         self.fileio = fileio
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
-        self.controller = QuorumController(config, rng=rng.fork("controller"))
         self.stats = BrokerStats()
         self.replicas = ReplicaManager(fileio, config)
         self.meta = MetaProperties(fileio, config.log_dirs)
         self.purgatory = FetchPurgatory()
+        self.produce_purgatory = ProducePurgatory()
         self.cluster_id = ""
         self._rng = rng
-        self._metadata_log: MetadataLog | None = None
+        self._next_op_id = 1
+        if control is None:
+            from mq.broker.control import ControlPlane  # control imports this module's peers
+
+            control = ControlPlane(config, fileio, rng=rng.fork("control"), advertised_host=advertised_host,
+                                   advertised_port=advertised_port, new_op_id=self._new_op_id)
+        self.control = control
+        self._image = MetadataImage()
+        self._published = False
+        self._now_ms = 0
+        self._acks_all = AcksAllWaits()
+        self._isr = IsrChanges()
+        self._local_alter_ops: dict[int, int] = {}  # control op id -> our AlterPartition tag
+        self._moved: dict[TopicPartition, None] = {}  # high watermark or ISR moved: re-check waiters
         self._delayed_produces: dict[int, DelayedProduce] = {}
         self._dirty: dict[TopicPartition, Partition] = {}
         self._completions: list[tuple[int, Response]] = []
@@ -72,35 +101,47 @@ class BrokerNode:
         # position) so a consumer retrying the same offset does not flood the log.
         self._corruptions_seen: dict[tuple[str, int], None] = {}
         self._corruption_reports: list[tuple[TopicPartition, LogCorruptedError]] = []
-        self._next_op_id = 1
         self._next_retention_ms = 0
         self._next_checkpoint_ms = 0
+        self._next_isr_check_ms = 0
+        self._produce_deadline_ms: int | None = None
         self._handlers: dict[ApiKey, Callable[[Request, int], Response | Pending | None]] = {
             ApiKey.API_VERSIONS: lambda r, now: admin.handle_api_versions(),
             ApiKey.METADATA: lambda r, now: admin.handle_metadata(self, r),  # type: ignore[arg-type]
-            ApiKey.CREATE_TOPICS: lambda r, now: admin.handle_create_topics(self, r, now_ms=now),  # type: ignore[arg-type]
-            ApiKey.DELETE_TOPICS: lambda r, now: admin.handle_delete_topics(self, r, now_ms=now),  # type: ignore[arg-type]
             ApiKey.DESCRIBE_CONFIGS: lambda r, now: admin.handle_describe_configs(self, r),  # type: ignore[arg-type]
-            ApiKey.ALTER_CONFIGS: lambda r, now: admin.handle_alter_configs(self, r, now_ms=now),  # type: ignore[arg-type]
             ApiKey.LIST_OFFSETS: lambda r, now: handle_list_offsets(self, r),  # type: ignore[arg-type]
             ApiKey.DELETE_RECORDS: lambda r, now: handle_delete_records(self, r),  # type: ignore[arg-type]
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: lambda r, now: handle_offsets_for_leader_epoch(self, r),  # type: ignore[arg-type]
             ApiKey.PRODUCE: self._produce,  # type: ignore[dict-item]
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
         }
 
     # ------------------------------------------------------------ life cycle
 
+    def set_advertised_port(self, port: int) -> None:
+        self.advertised_port = port
+        self.control.set_advertised(self.advertised_host, port)
+
     def start(self, *, now_ms: int) -> None:
-        """Open the metadata log, replay it, then open every hosted partition."""
+        """Start the control plane; partitions open when it publishes the metadata."""
+        self._now_ms = now_ms
         self.fileio.makedirs(self.config.log_dirs)
         self.cluster_id = self.meta.load_or_create(self.config.node_id, self._rng.fork("cluster-id"))
-        self._metadata_log = MetadataLog.open(self.fileio, self.config.log_dirs, now_ms=now_ms)
-        for chunk in self._metadata_log.read_committed():
-            self.controller.replay(chunk.records, last_offset=chunk.last_offset)
-        self.replicas.remove_orphans(self.image)
-        self.replicas.publish(MetadataImage(), self.image, now_ms=now_ms)
+        self.control.start(now_ms=now_ms)
         self._next_retention_ms = now_ms + self.config.log_retention_check_interval_ms
         self._next_checkpoint_ms = now_ms + self.config.log_flush_offset_checkpoint_interval_ms
+        self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
+        self._after(now_ms)
+
+    def begin_shutdown(self, *, now_ms: int) -> None:
+        """Controlled shutdown: ask the controller to move leadership away."""
+        self._now_ms = now_ms
+        self.control.begin_shutdown(now_ms=now_ms)
+        self._after(now_ms)
+
+    @property
+    def shutdown_complete(self) -> bool:
+        return bool(self.control.shutdown_complete)
 
     def shutdown(self, *, now_ms: int) -> None:
         """Flush every log, complete what waits on the flush, write checkpoints, close."""
@@ -108,12 +149,38 @@ class BrokerNode:
         for op_id in list(self.purgatory.ops):
             self.expire(op_id, now_ms=now_ms)
         self.replicas.close_all()  # Log.close flushes and writes the checkpoints
-        if self._metadata_log is not None:
-            self._metadata_log.close()
+        self.control.close()
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
 
     @property
     def image(self) -> MetadataImage:
-        return self.controller.image
+        """The last metadata image published to the data plane."""
+        return self._image
+
+    @property
+    def is_ready(self) -> bool:
+        return bool(self.control.is_ready)
+
+    @property
+    def controller_id(self) -> int:
+        controller = self.control.controller_id
+        return -1 if controller is None else controller
+
+    @property
+    def controller_epoch(self) -> int:
+        return int(self.control.controller_epoch)
+
+    @property
+    def broker_epoch(self) -> int:
+        return int(self.control.broker_epoch)
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        return self.control.address_of(node_id)  # type: ignore[no-any-return]
 
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
@@ -123,34 +190,61 @@ class BrokerNode:
         image = self.image.topic(topic)
         return admin.topic_config(self.config, None if image is None else dict(image.configs))
 
+    @property
+    def _isr_check_interval_ms(self) -> int:
+        return max(1, self.config.replica_lag_time_max_ms // 2)
+
     # ------------------------------------------------------------ requests
 
     def handle(self, header: RequestHeader, request: Request, *, now_ms: int) -> Response | Pending | None:
-        handler = self._handlers.get(header.api_key)
-        if handler is None:
-            raise MqError(ErrorCode.UNSUPPORTED_API, f"{header.api_key.name} is not served by this broker yet")
-        return handler(request, now_ms)
+        self._now_ms = now_ms
+        if header.api_key in CONTROL_APIS:
+            result = self.control.handle(header, request, now_ms=now_ms)
+        else:
+            handler = self._handlers.get(header.api_key)
+            if handler is None:
+                raise MqError(ErrorCode.UNSUPPORTED_API, f"{header.api_key.name} is not served by this broker")
+            result = handler(request, now_ms)
+        self._after(now_ms)
+        if isinstance(result, Pending):
+            for i, (op_id, response) in enumerate(self._completions):
+                if op_id == result.op_id:  # finished while handled (e.g. acks=all, ISR = leader)
+                    del self._completions[i]
+                    return response
+        return result  # type: ignore[no-any-return]
 
     def take_completions(self) -> list[tuple[int, Response]]:
+        self._pull_control(self._now_ms)
         done, self._completions = self._completions, []
         return done
 
     def _new_op_id(self) -> int:
+        """Op ids and outbound tags, one sequence for the whole node (the control
+        plane allocates from it too)."""
         self._next_op_id += 1
         return self._next_op_id
 
     def _produce(self, request: ProduceRequest, now_ms: int) -> Response | Pending | None:
-        response, waits = handle_produce(self, request, now_ms=now_ms)
+        outcome = handle_produce(self, request, now_ms=now_ms)
         if request.acks == 0:
             return None
-        if not waits:
-            return response
-        op = DelayedProduce(self._new_op_id(), response, waits)
+        if request.acks == -1:
+            op_id = self._new_op_id()
+            self._acks_all.add(op_id, outcome.response)
+            timeout_ms = max(0, request.timeout_ms)
+            self.produce_purgatory.watch(op_id, outcome.required_offsets, deadline_ms=now_ms + timeout_ms,
+                                         settled=outcome.settled)
+            for tp in outcome.required_offsets:
+                self._moved[tp] = None
+            return Pending(op_id, timeout_ms)
+        if not outcome.durable_waits:
+            return outcome.response
+        op = DelayedProduce(self._new_op_id(), outcome.response, outcome.durable_waits)
         self._delayed_produces[op.op_id] = op
         return Pending(op.op_id, None)
 
     def _fetch(self, request: FetchRequest, now_ms: int) -> Response | Pending:
-        result = read_fetch(self, request)
+        result = read_fetch(self, request, now_ms=now_ms)
         if result.bytes_read >= request.min_bytes or request.max_wait_ms <= 0 or result.has_error:
             return result.response
         partitions = sorted({TopicPartition(t.name, p.partition) for t in request.topics for p in t.partitions})
@@ -160,26 +254,71 @@ class BrokerNode:
         return Pending(op.op_id, wait_ms)
 
     def expire(self, op_id: int, *, now_ms: int) -> None:
-        """Max wait is over: answer the delayed fetch with whatever there is now."""
+        """Max wait is over: answer the delayed fetch with whatever there is now (an
+        acks=all produce past its timeout answers REQUEST_TIMED_OUT)."""
+        self._now_ms = now_ms
         op = self.purgatory.remove(op_id)
         if op is not None:
-            self._completions.append((op_id, read_fetch(self, op.request).response))
+            self._completions.append((op_id, read_fetch(self, op.request, now_ms=now_ms).response))
+        elif op_id not in self._acks_all.responses:
+            self.control.expire(op_id, now_ms=now_ms)
+        self._after(now_ms)
 
     def cancel(self, op_id: int) -> None:
         """The client went away; drop the operation without answering."""
         self.purgatory.remove(op_id)
         self._delayed_produces.pop(op_id, None)
+        self._acks_all.responses.pop(op_id, None)
+        self.control.cancel(op_id)
+
+    # ------------------------------------------------------------ the network
+
+    def take_outbound(self) -> list[Outbound]:
+        """Follower fetches (one per leader with none in flight), ISR changes to the
+        active controller, and the control plane's requests."""
+        now_ms = self._now_ms
+        out = self.replicas.fetchers.take_requests(now_ms, broker_epoch=self.broker_epoch, new_tag=self._new_op_id)
+        controller = self.control.controller_id
+        if self._isr.ready and controller is not None and controller != self.node_id:
+            tag = self._new_op_id()
+            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch)
+            out.append(Outbound(controller, request, tag))
+        out.extend(self.control.take_outbound())
+        return out
+
+    def on_response(self, tag: int, response: Response | None, *, now_ms: int) -> None:
+        """The answer to an outbound request (None: it failed or timed out)."""
+        self._now_ms = now_ms
+        fetchers = self.replicas.fetchers
+        if fetchers.owns(tag):
+            fetchers.on_response(tag, response, now_ms=now_ms, partitions=self.partitions)
+        elif self._isr.owns(tag):
+            for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
+                self._moved[tp] = None
+        else:
+            self.control.on_response(tag, response, now_ms=now_ms)
+        self._after(now_ms)
 
     # ------------------------------------------------------------ appends, flushes, wake-ups
 
     def appended(self, partition: Partition, *, now_ms: int) -> None:
-        """Called by produce after an append: wake fetchers or queue an fsync."""
+        """Called by produce after a leader append: wake followers' fetches, move the
+        high watermark (an ISR of the leader alone) or queue an fsync."""
         if self.config.log_flush_policy == FlushPolicy.ALWAYS or partition.flush_due(now_ms):
             self._dirty[partition.tp] = partition
-        if self.config.log_flush_policy != FlushPolicy.ALWAYS:
-            self._wake_fetches(partition.tp)
+        if partition.leader is not None and partition.leader.on_leader_append():
+            self._moved[partition.tp] = None
+        self._wake_fetches(partition.tp)  # followers read above the high watermark
+
+    def follower_fetched(self, partition: Partition, decision: FollowerFetchResult) -> None:
+        """A follower's fetch was recorded by the leader state."""
+        if decision.high_watermark_changed:
+            self._moved[partition.tp] = None
+        if decision.alter_partition is not None:
+            self._isr.propose(decision.alter_partition)
 
     def log_start_moved(self, partition: Partition) -> None:
+        partition.log_start_moved()
         self._wake_fetches(partition.tp)
 
     @property
@@ -190,6 +329,7 @@ class BrokerNode:
         """One fsync per dirty log covering every append so far, then release the
         produce responses and fetches waiting on it (the shell calls this once per
         event-loop turn)."""
+        self._now_ms = now_ms
         dirty = list(self.partitions.values()) if flush_all else list(self._dirty.values())
         self._dirty.clear()
         failed: dict[TopicPartition, MqError] = {}
@@ -202,48 +342,108 @@ class BrokerNode:
                 failed[partition.tp] = err
                 continue
             if moved:
-                self._wake_fetches(partition.tp)
+                self._moved[partition.tp] = None
         for op_id in list(self._delayed_produces):
             op = self._delayed_produces[op_id]
             if failed and op.fail(failed) or op.satisfied():
                 self._completions.append((op_id, self._delayed_produces.pop(op_id).response))
+        self._after(now_ms)
 
     def _wake_fetches(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
-            result = read_fetch(self, op.request)
-            if result.bytes_read >= op.request.min_bytes or result.has_error:
-                self.purgatory.remove(op.op_id)
+            if op.op_id not in self.purgatory.ops:
+                continue  # answered by a nested wake-up
+            result = read_fetch(self, op.request, now_ms=self._now_ms)
+            done = result.bytes_read >= op.request.min_bytes or result.has_error
+            if done and self.purgatory.remove(op.op_id) is not None:
                 self._completions.append((op.op_id, result.response))
+
+    def _settle(self, now_ms: int) -> None:
+        """Re-check what waits on partitions whose high watermark or ISR moved, then
+        answer the acks=all requests that are settled or timed out."""
+        while self._moved:
+            tp = next(iter(self._moved))
+            del self._moved[tp]
+            self._wake_fetches(tp)
+            partition = self.partitions.get(tp)
+            state = None if partition is None else partition.leader
+            if state is not None:
+                self.produce_purgatory.on_partition_update(
+                    tp, high_watermark=state.high_watermark, isr_size=len(state.isr),
+                    min_insync_replicas=state.min_insync_replicas)
+        self._produce_deadline_ms = None
+        if len(self.produce_purgatory):
+            polled = self.produce_purgatory.poll(now_ms)
+            self._produce_deadline_ms = polled.next_deadline_ms
+            for completion in polled.completed:
+                response = self._acks_all.complete(completion)
+                if response is not None:
+                    self._completions.append((completion.request_id, response))
 
     # ------------------------------------------------------------ metadata
 
-    def commit(self, records: list[MetadataRecord], *, now_ms: int) -> None:
-        """Append controller records to the metadata log (fsynced), replay them and
-        apply the difference to the hosted logs."""
-        if not records:
-            return
-        assert self._metadata_log is not None, "start() first"
-        last_offset = self._metadata_log.append(records, now_ms=now_ms)
-        before = self.image
-        after = self.controller.replay(records, last_offset=last_offset)
-        removed = self.replicas.publish(before, after, now_ms=now_ms)
-        for tp in removed:
+    def _after(self, now_ms: int) -> None:
+        """The common tail of every entry point: ISR changes to a local controller,
+        the control plane's published images and answers, then the waiters."""
+        if self._isr.ready and self.control.controller_id == self.node_id:
+            tag = self._new_op_id()
+            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch)
+            result = self.control.handle(_ALTER_PARTITION_HEADER, request, now_ms=now_ms)
+            if isinstance(result, Pending):
+                self._local_alter_ops[result.op_id] = tag
+            else:
+                for tp in self._isr.on_response(tag, result, partitions=self.partitions, now_ms=now_ms):
+                    self._moved[tp] = None
+        self._pull_control(now_ms)
+        self._settle(now_ms)
+
+    def _pull_control(self, now_ms: int) -> None:
+        for before, after in self.control.take_published():
+            self.publish(before, after, now_ms=now_ms)
+        for op_id, response in self.control.take_completions():
+            tag = self._local_alter_ops.pop(op_id, None)
+            if tag is None:
+                self._completions.append((op_id, response))
+            else:
+                for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
+                    self._moved[tp] = None
+        if self._moved:
+            self._settle(now_ms)
+
+    def publish(self, before: MetadataImage, after: MetadataImage, *, now_ms: int) -> None:
+        """Act on committed metadata: open, lead, follow, stop, delete."""
+        if not self._published:
+            self._published = True
+            self.replicas.remove_orphans(after)
+        result = self.replicas.publish(before, after, now_ms=now_ms)
+        self._image = after
+        for tp in result.leadership_lost:
+            self.produce_purgatory.on_leadership_lost(tp)
+            self._isr.forget(tp)
+        for tp in result.removed:
             self._dirty.pop(tp, None)
             self._wake_fetches_removed(tp)
-        for topic in sorted({tp.topic for tp in removed}):
+        for topic in sorted({tp.topic for tp in result.removed}):
             self.stats.forget(topic)
+        for tp in result.changed:
+            self._moved[tp] = None
+            self._wake_fetches_removed(tp)  # NOT_LEADER / new epoch: clients re-route
 
     def _wake_fetches_removed(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
-            self.purgatory.remove(op.op_id)
-            self._completions.append((op.op_id, read_fetch(self, op.request).response))
+            if self.purgatory.remove(op.op_id) is not None:
+                self._completions.append((op.op_id, read_fetch(self, op.request, now_ms=self._now_ms).response))
 
     # ------------------------------------------------------------ periodic work
 
     def poll(self, *, now_ms: int) -> int:
-        """Retention, ``flush.ms``/``flush.messages`` and recovery-point checkpoints;
-        returns the wall time at which to call again. A partition whose log fails is
-        skipped (the log takes itself offline) and reported in ``take_storage_errors``."""
+        """The control plane's timers, retention, ``flush.ms``/``flush.messages``,
+        recovery-point checkpoints and ISR shrink checks; returns the wall time at
+        which to call again. A partition whose log fails is skipped (the log takes
+        itself offline) and reported in ``take_storage_errors``."""
+        self._now_ms = now_ms
+        control_deadline = self.control.poll(now_ms=now_ms)
+        self._pull_control(now_ms)
         retention = now_ms >= self._next_retention_ms
         checkpoint = now_ms >= self._next_checkpoint_ms
         if retention:
@@ -257,12 +457,29 @@ class BrokerNode:
                 if partition.flush_due(now_ms):
                     self._dirty[partition.tp] = partition
                 if retention and partition.log.apply_retention(now_ms, high_watermark=partition.high_watermark):
-                    self._wake_fetches(partition.tp)
+                    self.log_start_moved(partition)
                 if checkpoint:
                     partition.checkpoint()
             except MqError as err:
                 self._storage_errors.append((partition.tp, err))
-        return min(self._next_retention_ms, self._next_checkpoint_ms, now_ms + 1000)
+        if now_ms >= self._next_isr_check_ms:
+            self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
+            self.check_isr(now_ms=now_ms)
+        self._after(now_ms)
+        deadlines = [self._next_retention_ms, self._next_checkpoint_ms, self._next_isr_check_ms,
+                     now_ms + 1000, control_deadline]
+        for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms):
+            if extra is not None:
+                deadlines.append(extra)
+        return max(now_ms, min(deadlines))
+
+    def check_isr(self, *, now_ms: int) -> None:
+        """Propose dropping followers that lagged ``replica.lag.time.max.ms``."""
+        for partition in self.replicas.leaders():
+            assert partition.leader is not None
+            proposal = partition.leader.maybe_shrink_isr(now_ms)
+            if proposal is not None:
+                self._isr.propose(proposal)
 
     def report_corruption(self, tp: TopicPartition, err: LogCorruptedError) -> None:
         key = (err.path, err.position)

@@ -1,12 +1,20 @@
-"""ListOffsets (earliest, latest, by timestamp) and DeleteRecords."""
+"""ListOffsets (earliest, latest, by timestamp), DeleteRecords and
+OffsetsForLeaderEpoch, all served by the partition's leader only."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mq.broker.fetch import check_leader_epoch
+from mq.broker.leadership import find_leader
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
+from mq.protocol.inter_broker import (
+    EpochEndOffsetResult,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopicResult,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
 from mq.protocol.messages import (
     DeleteRecordsPartitionResult,
     DeleteRecordsRequest,
@@ -32,13 +40,11 @@ def handle_list_offsets(node: BrokerNode, request: ListOffsetsRequest) -> ListOf
 
 
 def _list_offset(node: BrokerNode, tp: TopicPartition, p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
-    partition = node.partitions.get(tp)
-    if partition is None:
-        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.UNKNOWN_TOPIC)
+    found = find_leader(node, tp, p.current_leader_epoch)
+    if isinstance(found, tuple):
+        return ListOffsetsPartitionResponse(tp.partition, found[0])
+    partition = found
     epoch = partition.leader_epoch
-    epoch_error = check_leader_epoch(p.current_leader_epoch, epoch)
-    if epoch_error is not None:
-        return ListOffsetsPartitionResponse(tp.partition, epoch_error)
     hw = partition.high_watermark
     if p.timestamp == LATEST_TIMESTAMP:
         return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, hw, epoch)
@@ -65,9 +71,10 @@ def handle_delete_records(node: BrokerNode, request: DeleteRecordsRequest) -> De
 
 
 def _delete_records(node: BrokerNode, tp: TopicPartition, offset: int) -> DeleteRecordsPartitionResult:
-    partition = node.partitions.get(tp)
-    if partition is None:
-        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.UNKNOWN_TOPIC)
+    found = find_leader(node, tp)
+    if isinstance(found, tuple):
+        return DeleteRecordsPartitionResult(tp.partition, found[0])
+    partition = found
     hw = partition.high_watermark
     target = hw if offset == -1 else offset
     if target < 0 or target > hw:
@@ -80,3 +87,21 @@ def _delete_records(node: BrokerNode, tp: TopicPartition, offset: int) -> Delete
         return DeleteRecordsPartitionResult(tp.partition, err.code, partition.log_start_offset)
     node.log_start_moved(partition)
     return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, low)
+
+
+def handle_offsets_for_leader_epoch(node: BrokerNode, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+    """Where each asked-for epoch ends on this leader (KIP-101, KIP-279), from its
+    leader epoch cache, fenced by the sender's ``current_leader_epoch``."""
+    topics = []
+    for topic in request.topics:
+        results = [_epoch_end(node, TopicPartition(topic.name, p.partition), p) for p in topic.partitions]
+        topics.append(OffsetForLeaderTopicResult(topic.name, results))
+    return OffsetsForLeaderEpochResponse(topics)
+
+
+def _epoch_end(node: BrokerNode, tp: TopicPartition, p: OffsetForLeaderPartition) -> EpochEndOffsetResult:
+    found = find_leader(node, tp, p.current_leader_epoch)
+    if isinstance(found, tuple):
+        return EpochEndOffsetResult(tp.partition, found[0])
+    answer = found.epoch_cache.end_offset_for(p.leader_epoch, found.log.log_end_offset)
+    return EpochEndOffsetResult(tp.partition, ErrorCode.NONE, answer.epoch, answer.end_offset)

@@ -1,9 +1,15 @@
 """Produce: append opaque batches to partition logs.
 
 The broker never parses records here: the log checks each batch's header and CRC and
-rewrites its base offset in place (unless the topic asks for recompression). Under
-flush policy ``always`` an ``acks`` >= 1 response waits for the group commit that
-fsyncs its offsets (``DelayedProduce``).
+rewrites its base offset in place (unless the topic asks for recompression). Only the
+partition's leader appends (others answer NOT_LEADER naming the leader they know),
+stamping each batch with its leader epoch.
+
+``acks=1`` answers after the local append; under flush policy ``always`` it waits for
+the group commit that fsyncs its offsets (``DelayedProduce``). ``acks=all`` is refused
+with NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``, else parked in
+the ``mq.replication.ProducePurgatory`` until the high watermark passes the batch
+(``AcksAllWaits`` keeps the response to send).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mq.broker.leadership import find_leader, not_leader
 from mq.broker.partition import Partition
 from mq.broker.recompress import needs_recompression, recompress, target_codec
 from mq.core.errors import ErrorCode, MqError
@@ -22,6 +29,7 @@ from mq.protocol.messages import (
     ProduceResponse,
     ProduceTopicResponse,
 )
+from mq.replication import ProduceCompletion
 
 if TYPE_CHECKING:
     from mq.broker.node import BrokerNode
@@ -58,49 +66,67 @@ class DelayedProduce:
         return True
 
 
-def handle_produce(node: BrokerNode, request: ProduceRequest, *, now_ms: int) -> tuple[ProduceResponse, list[tuple[Partition, int]]]:
-    """The response and the (partition, end offset) pairs an ``always`` ack waits for."""
+@dataclass(slots=True)
+class ProduceOutcome:
+    response: ProduceResponse
+    durable_waits: list[tuple[Partition, int]]
+    """acks=1 under ``always``: (partition, end offset) pairs the fsync must cover."""
+    required_offsets: dict[TopicPartition, int]
+    """acks=all: the offset each partition's high watermark must reach."""
+    settled: dict[TopicPartition, ErrorCode]
+    """acks=all: partitions answered at once (an error before or during the append)."""
+
+
+def handle_produce(node: BrokerNode, request: ProduceRequest, *, now_ms: int) -> ProduceOutcome:
     waits: list[tuple[Partition, int]] = []
+    required: dict[TopicPartition, int] = {}
+    settled: dict[TopicPartition, ErrorCode] = {}
     topics = []
     for topic in request.topics:
         results = []
         for data in topic.partitions:
+            tp = TopicPartition(topic.name, data.partition)
             if request.acks not in VALID_ACKS:
                 results.append(ProducePartitionResponse(
                     data.partition, ErrorCode.INVALID_REQUIRED_ACKS, error_message=f"acks={request.acks}"))
+                settled[tp] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
-            tp = TopicPartition(topic.name, data.partition)
             result, partition = _append(node, tp, data, request.acks, now_ms)
             results.append(result)
             if partition is not None and result.error_code == ErrorCode.NONE:
                 waits.append((partition, partition.log.log_end_offset))
+                required[tp] = partition.log.log_end_offset
+            else:
+                settled[tp] = ErrorCode(result.error_code)
         topics.append(ProduceTopicResponse(topic.name, results))
-    if node.config.log_flush_policy != FlushPolicy.ALWAYS or request.acks == 0:
+    if node.config.log_flush_policy != FlushPolicy.ALWAYS or request.acks != 1:
         waits = []
-    return ProduceResponse(topics), waits
+    if request.acks != -1:
+        required, settled = {}, {}
+    return ProduceOutcome(ProduceResponse(topics), waits, required, settled)
 
 
 def _append(
     node: BrokerNode, tp: TopicPartition, data: ProducePartitionData, acks: int, now_ms: int
 ) -> tuple[ProducePartitionResponse, Partition | None]:
-    partition = node.partitions.get(tp)
-    if partition is None:
-        return ProducePartitionResponse(tp.partition, ErrorCode.UNKNOWN_TOPIC,
-                                        error_message=f"unknown topic-partition {tp}"), None
+    found = find_leader(node, tp)
+    if not isinstance(found, Partition) or found.leader is None:
+        code, message = found if isinstance(found, tuple) else not_leader(node, tp)
+        return ProducePartitionResponse(tp.partition, code, error_message=message), None
+    partition, state = found, found.leader
     config = partition.config
-    if acks == -1:
-        isr = node.image.partition(tp).isr  # type: ignore[union-attr]
-        if len(isr) < config.min_insync_replicas:
-            return ProducePartitionResponse(
-                tp.partition, ErrorCode.NOT_ENOUGH_REPLICAS,
-                error_message=f"{len(isr)} in-sync replica(s) < min.insync.replicas={config.min_insync_replicas}",
-            ), None
+    if acks == -1 and state.check_produce(acks) != ErrorCode.NONE:
+        return ProducePartitionResponse(
+            tp.partition, ErrorCode.NOT_ENOUGH_REPLICAS,
+            error_message=f"{len(state.isr)} in-sync replica(s) {list(state.isr)} < "
+                          f"min.insync.replicas={config.min_insync_replicas}",
+        ), None
     records = data.records
     try:
         codec = target_codec(config.compression_type)
         if codec is not None and needs_recompression(records, codec):
             records = recompress(records, codec, max_message_bytes=config.max_message_bytes)
-        info = partition.log.append_as_leader(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+        info = partition.log.append_as_leader(records, leader_epoch=state.leader_epoch, now_ms=now_ms)
     except MqError as err:
         node.stats.produce_failed(tp.topic)
         return ProducePartitionResponse(tp.partition, err.code, error_message=err.message), None
@@ -110,3 +136,40 @@ def _append(
         tp.partition, ErrorCode.NONE, info.first_offset, info.log_append_time_ms,
         partition.log_start_offset,
     ), partition
+
+
+_ACKS_ALL_MESSAGES = {
+    ErrorCode.REQUEST_TIMED_OUT: "the in-sync replicas did not all acknowledge within timeout_ms",
+    ErrorCode.NOT_LEADER: "leadership moved before the in-sync replicas acknowledged; the record may or may not be kept",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "appended, but the ISR shrank below min.insync.replicas before it was acknowledged",
+}
+
+
+class AcksAllWaits:
+    """The responses of acks=all requests parked in the produce purgatory, by op id."""
+
+    def __init__(self) -> None:
+        self.responses: dict[int, ProduceResponse] = {}
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def add(self, op_id: int, response: ProduceResponse) -> None:
+        self.responses[op_id] = response
+
+    def complete(self, completion: ProduceCompletion) -> ProduceResponse | None:
+        """The response with each partition's final error (None: cancelled meanwhile)."""
+        response = self.responses.pop(completion.request_id, None)
+        if response is None:
+            return None
+        topics = []
+        for topic in response.topics:
+            parts = []
+            for part in topic.partitions:
+                code = completion.errors.get(TopicPartition(topic.name, part.partition), ErrorCode.NONE)
+                if part.error_code != ErrorCode.NONE or code == ErrorCode.NONE:
+                    parts.append(part)
+                else:
+                    parts.append(replace(part, error_code=code, error_message=_ACKS_ALL_MESSAGES.get(code, "")))
+            topics.append(replace(topic, partitions=parts))
+        return replace(response, topics=topics)

@@ -51,8 +51,8 @@ def register(verbs: argparse._SubParsersAction, add_data_dir) -> None:
         p.add_argument("node_id", type=int, metavar="ID", help="the broker's node id (see `mq status`)")
         add_data_dir(p)
         if verb == "restart":
-            p.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
-                           help="grace period after SIGTERM before SIGKILL (default: 10)")
+            p.add_argument("--stop-timeout", type=float, default=15.0, metavar="SECONDS",
+                           help="grace period after SIGTERM before SIGKILL (default: 15)")
             p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                            help="how long to wait for the broker to answer (default: 30)")
         p.set_defaults(func=run_verb, verb=verb)

@@ -21,6 +21,8 @@ from mq.core.config import BrokerConfig
 from mq.core.errors import MqError
 
 DEFAULT_DATA_DIR = ".mq"
+DEFAULT_LISTEN = "127.0.0.1:9092"
+DOWN_TIMEOUT_S = 15.0  # mq.deploy.launcher.DOWN_TIMEOUT_S (not imported: mq.deploy loads lazily)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,32 +44,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_broker)
     broker_ctl.register(verbs, _add_data_dir)
 
-    p = sub.add_parser("up", help="start a local broker in the background",
-                       description="Start broker 1 in the background with its data under --data-dir.\n"
-                                   "Does nothing if it already runs.")
-    _add_data_dir(p)
-    p.add_argument("--listen", type=host_port, default="127.0.0.1:9092", metavar="HOST:PORT",
-                   help="native protocol address (default: 127.0.0.1:9092)")
+    p = sub.add_parser("up", help="start a local region (three brokers) or one broker in the background",
+                       description="Start the brokers of a region file in the background, all at once, and wait\n"
+                                   "until a controller is elected and every broker is registered and unfenced.\n"
+                                   "FILE defaults to regions/default.yaml (in the current directory, else the one\n"
+                                   "shipped with mq): three brokers on 127.0.0.1:9092-9094, each a controller voter.\n"
+                                   "--single (or --listen) starts one broker instead. Does nothing if it already runs.")
+    p.add_argument("file", nargs="?", metavar="FILE", help="region file (default: regions/default.yaml)")
+    p.add_argument("--single", action="store_true", help="start one broker (node 1) instead of a region")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="where the brokers' data, logs and cluster.json go (default: the file's data_dir, "
+                        f"./{DEFAULT_DATA_DIR})")
+    p.add_argument("--listen", type=host_port, metavar="HOST:PORT",
+                   help="--single: native protocol address (default: 127.0.0.1:9092; implies --single)")
     p.add_argument("--metrics-listen", type=host_port, metavar="HOST:PORT",
-                   help="Prometheus /metrics address (default: the native port + 10000)")
-    _add_config(p, "broker config override, passed to the broker")
+                   help="--single: Prometheus /metrics address (default: the native port + 10000)")
+    _add_config(p, "broker config for every broker (Kafka names; overrides the file's configs)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for the broker to answer (default: 30)")
+                   help="how long to wait for the brokers to be ready (default: 30)")
     p.set_defaults(func=run_up)
 
     p = sub.add_parser("down", help="stop the brokers started by `mq up`",
-                       description="SIGTERM the brokers started by `mq up` (they flush and checkpoint),\n"
-                                   "SIGKILL any still running after --timeout. Data is kept.")
+                       description="SIGTERM every broker started by `mq up` at once (each hands its leadership\n"
+                                   "over, flushes and checkpoints), SIGKILL any still running after --timeout.\n"
+                                   "Data is kept.")
     _add_data_dir(p)
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="grace period before SIGKILL (default: 10)")
+    p.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S, metavar="SECONDS",
+                   help=f"grace period before SIGKILL (default: {DOWN_TIMEOUT_S:g})")
     p.set_defaults(func=run_down)
 
-    p = sub.add_parser("status", help="show the brokers started by `mq up`",
-                       description="Show each broker started by `mq up`: pid, alive, endpoints, topics,\n"
-                                   "partitions and log size. Exits 1 when no broker runs.")
+    p = sub.add_parser("status", help="show the brokers, controller and partitions started by `mq up`",
+                       description="Show each broker started by `mq up` (pid, alive/paused/down, fenced, endpoints,\n"
+                                   "data size), the active controller and its epoch, and every partition's leader,\n"
+                                   "leader epoch, replicas, ISR and high watermark, asking any live broker.\n"
+                                   "Exits 1 when no broker runs.")
     _add_data_dir(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.set_defaults(func=run_status)
 
 
@@ -111,13 +123,30 @@ def run_broker(args: argparse.Namespace) -> int:
 
 def run_up(args: argparse.Namespace) -> int:
     from mq.deploy import DeployError, Launcher, Topology
+    from mq.deploy.region import default_region_file, display_path, load_region
 
-    _check_broker_configs(args.config)
-    topology = Topology.single_broker(args.data_dir, listen=args.listen,
-                                      metrics_listen=args.metrics_listen or "",
-                                      configs=tuple(args.config))
+    single = bool(args.single or args.listen or args.metrics_listen)
+    if single and args.file:
+        raise CliError("FILE and --single/--listen/--metrics-listen exclude each other",
+                       "start a region file with `mq up FILE`, or one broker with `mq up --single`",
+                       exit_code=EXIT_USAGE)
     try:
-        result = Launcher(args.data_dir).up(topology, ready_timeout_s=args.timeout)
+        if single:
+            _check_broker_configs(args.config)
+            data_dir = args.data_dir or DEFAULT_DATA_DIR
+            topology = Topology.single_broker(data_dir, listen=args.listen or DEFAULT_LISTEN,
+                                              metrics_listen=args.metrics_listen or "",
+                                              configs=tuple(args.config))
+            hint = "pick free ports with `mq up --listen HOST:PORT`"
+        else:
+            path = args.file or default_region_file()
+            topology = load_region(path, data_dir=args.data_dir, extra_configs=args.config)
+            data_dir = topology.data_dir
+            hint = f"change the ports in {display_path(path)}"
+    except DeployError as exc:
+        raise CliError(exc.what, exc.todo, exit_code=EXIT_USAGE) from None
+    try:
+        result = Launcher(data_dir).up(topology, ready_timeout_s=args.timeout, port_hint=hint)
     except DeployError as exc:
         print_error(CliError(exc.what, exc.todo))
         if exc.log_tail:
@@ -125,29 +154,59 @@ def run_up(args: argparse.Namespace) -> int:
             for line in exc.log_tail.splitlines():
                 print(f"  {line}", file=sys.stderr)
         return 1
-    out = console()
-    broker = result.brokers[0]
-    state = "already up" if result.already_running else "up"
-    out.print(f"[bold green]mq is {state}[/]: {broker.spec.name} pid {broker.pid}, "
-              f"data in {_display_path(result.topology.data_dir)}")
-    if result.already_running and args.listen not in (b.spec.listen for b in result.brokers):
-        out.print(f"[yellow]note[/]: it listens on {result.topology.bootstrap}, not {args.listen} "
-                  "(run `mq down` first to change addresses)")
-    for b in result.brokers:
-        out.print(f"  native   {b.spec.listen}")
-        out.print(f"  metrics  http://{b.spec.metrics_endpoint}/metrics")
-        out.print(f"  log      {_display_path(b.spec.log_path)}")
-    _print_next_steps(args, result.topology.bootstrap)
+    _print_up(args, result, topology)
     return 0
 
 
-def _print_next_steps(args: argparse.Namespace, bootstrap: str) -> None:
+def _print_up(args: argparse.Namespace, result, asked) -> None:
+    from mq.deploy import probe
+
     out = console()
-    data_flag = "" if args.data_dir == DEFAULT_DATA_DIR else f" --data-dir {args.data_dir}"
+    state = "already up" if result.already_running else "up"
+    topology = result.topology
+    data = _display_path(topology.data_dir)
+    if len(result.brokers) == 1:
+        broker = result.brokers[0]
+        out.print(f"[bold green]mq is {state}[/]: {broker.spec.name} pid {broker.pid}, data in {data}")
+    else:
+        out.print(f"[bold green]mq is {state}[/]: region {topology.name}, {len(result.brokers)} brokers, "
+                  f"data in {data}")
+    if result.already_running and [b.listen for b in asked.brokers] != [b.listen for b in topology.brokers]:
+        out.print(f"[yellow]note[/]: it listens on {topology.bootstrap}, not {asked.bootstrap} "
+                  "(run `mq down` first to change addresses)")
+    for b in result.brokers:
+        indent = "  "
+        if len(result.brokers) > 1:
+            out.print(f"  {b.spec.name}  pid {b.pid}")
+            indent = "    "
+        out.print(f"{indent}native   {b.spec.listen}")
+        out.print(f"{indent}metrics  http://{b.spec.metrics_endpoint}/metrics")
+        out.print(f"{indent}log      {_display_path(b.spec.log_path)}")
+    for b in result.brokers:
+        try:
+            meta = probe.metadata(b.spec.listen, timeout_s=1.0)
+        except probe.ProbeError:
+            continue
+        if meta.controller_id >= 0 and len(result.brokers) > 1:
+            epoch = f", epoch {meta.controller_epoch}" if meta.controller_epoch >= 0 else ""
+            out.print(f"controller: broker {meta.controller_id}{epoch}; voters "
+                      f"{', '.join(str(v) for v in topology.voters)}")
+        break
+    out.print(f"bootstrap: {topology.bootstrap}")
+    _print_next_steps(topology.data_dir, topology.bootstrap, replicated=len(result.brokers) > 1)
+
+
+def _print_next_steps(data_dir: str, bootstrap: str, *, replicated: bool) -> None:
+    out = console()
+    data_flag = "" if os.path.abspath(data_dir) == os.path.abspath(DEFAULT_DATA_DIR) else \
+        f" --data-dir {_display_path(data_dir)}"
     out.print("next:")
     if bootstrap != "127.0.0.1:9092":
         out.print(f"  export MQ_BOOTSTRAP={bootstrap}")
-    out.print("  mq topic create orders --partitions 3")
+    if replicated:
+        out.print("  mq topic create orders --partitions 3 --replication-factor 3 --config min.insync.replicas=2")
+    else:
+        out.print("  mq topic create orders --partitions 3")
     out.print("  seq 1 1000 | sed 's/^/order-/' | mq produce orders")
     out.print("  mq consume orders --from-beginning --max-messages 5")
     out.print(f"  mq status{data_flag}    mq down{data_flag}")
@@ -182,28 +241,89 @@ def run_down(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     from mq.deploy import Launcher
+    from mq.deploy.cluster_view import describe
 
     launcher = Launcher(args.data_dir)
     brokers = launcher.status()
+    topology = launcher.recorded_topology()
     running = any(b.alive for b in brokers)
+    live = [b for b in brokers if b.alive and not b.paused]
+    view = describe([b.spec.listen for b in live],
+                    skip=[b.spec.node_id for b in brokers if b not in live]) if live else None
     if args.json:
-        doc = {"data_dir": launcher.data_dir, "running": running, "brokers": [b.to_json() for b in brokers]}
+        doc = {"data_dir": launcher.data_dir, "running": running,
+               "region": topology.name if topology else None,
+               "bootstrap": topology.bootstrap if topology else None,
+               "voters": list(topology.voters) if topology else [],
+               "brokers": [_broker_json(b, view) for b in brokers],
+               "answered": view is not None,
+               "controller": ({"id": view.controller_id, "epoch": view.controller_epoch}
+                              if view is not None and view.controller_id >= 0 else None),
+               "partitions": [p.to_json() for p in view.partitions] if view is not None else []}
         print(json.dumps(doc, indent=2))
         return 0 if running else 1
     if not brokers:
         raise CliError(f"no broker runs under {_display_path(launcher.data_dir)}", "start one with `mq up`")
-    t = table("broker", "pid", "alive", "endpoint", "metrics", "topics", "partitions", "log size")
+    t = table("broker", "pid", "alive", "fenced", "endpoint", "metrics", "topics", "partitions", "log size")
     for b in brokers:
         alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
                  else "[yellow]starting[/]" if b.alive else "[red]no[/]")
-        t.add_row(b.spec.name, str(b.pid or "-"), alive, b.spec.listen, b.spec.metrics_endpoint,
-                  _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
+        t.add_row(b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
+                  b.spec.metrics_endpoint, _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
     print_table(t)
     if not running:
         raise CliError("no broker is running (cluster.json is stale)",
                        f"see {_display_path(brokers[0].spec.log_path)}; start again with `mq up` "
                        "(or one broker with `mq broker restart ID`)")
+    _print_cluster(view, live)
     return 0
+
+
+def _broker_json(b, view) -> dict:
+    doc = b.to_json()
+    seen = view.broker(b.spec.node_id) if view is not None else None
+    doc["registered"] = None if view is None else seen is not None
+    doc["fenced"] = None if seen is None else seen.fenced
+    doc["state"] = "alive" if b.answering else "paused" if b.paused else "starting" if b.alive else "down"
+    return doc
+
+
+def _fenced_cell(node_id: int, view) -> str:
+    if view is None:
+        return "-"
+    seen = view.broker(node_id)
+    if seen is None:
+        return "[yellow]unregistered[/]"
+    return "[red]yes[/]" if seen.fenced else "no"
+
+
+def _print_cluster(view, live) -> None:
+    out = console()
+    if view is None:
+        asked = ", ".join(b.spec.name for b in live) or "none is alive and unpaused"
+        out.print(f"[yellow]no broker answered a Metadata request[/] (asked: {asked}): "
+                  "controller and partitions unknown")
+        return
+    if view.controller_id >= 0:
+        epoch = f", epoch {view.controller_epoch}" if view.controller_epoch >= 0 else ""
+        out.print(f"active controller: broker {view.controller_id}{epoch}")
+    else:
+        out.print("[yellow]active controller: none[/] (no quorum: a majority of the voters must run)")
+    if not view.partitions:
+        out.print("partitions: none (create a topic with `mq topic create`)")
+        return
+    t = table("topic", "partition", "leader", "leader epoch", "replicas", "isr", "high watermark",
+              "under-replicated", title="partitions")
+    for p in view.partitions:
+        leader = "[red]none[/]" if p.offline else str(p.leader)
+        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), _ids(p.replicas), _ids(p.isr),
+                  "-" if p.high_watermark is None else str(p.high_watermark),
+                  "[red]yes[/]" if p.under_replicated else "no")
+    print_table(t)
+
+
+def _ids(ids) -> str:
+    return ",".join(str(i) for i in ids) or "-"
 
 
 def _count(n: int | None) -> str:

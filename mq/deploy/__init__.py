@@ -1,14 +1,15 @@
-"""Running mq on a machine: topologies as data, and a launcher for local processes."""
+"""Running mq on a machine: topologies as data (region files), and a launcher for local processes."""
 
+from mq.deploy.errors import DeployError, RegionError
 from mq.deploy.launcher import (
     BrokerAction,
     BrokerStatus,
-    DeployError,
     Launcher,
     StopResult,
     UpResult,
 )
+from mq.deploy.region import default_region_file, load_region, parse_region
 from mq.deploy.topology import BrokerSpec, Topology
 
-__all__ = ["BrokerAction", "BrokerSpec", "BrokerStatus", "DeployError", "Launcher", "StopResult", "Topology",
-           "UpResult"]
+__all__ = ["BrokerAction", "BrokerSpec", "BrokerStatus", "DeployError", "Launcher", "RegionError", "StopResult",
+           "Topology", "UpResult", "default_region_file", "load_region", "parse_region"]

@@ -18,22 +18,18 @@ import time
 from dataclasses import dataclass
 
 from mq.deploy import probe, process
+from mq.deploy.errors import DeployError
+from mq.deploy.readiness import region_problems
 from mq.deploy.topology import BrokerSpec, Topology
+from mq.protocol.messages import MetadataResponse
 
 STATE_FILE = "cluster.json"
 STATE_FORMAT = 1
 LOG_TAIL_LINES = 20
 BROKER_MODULE = "mq.aio.runner"
-
-
-class DeployError(Exception):
-    """What went wrong and what to do about it, plus the broker log's tail if relevant."""
-
-    def __init__(self, what: str, todo: str, *, log_tail: str = "") -> None:
-        self.what = what
-        self.todo = todo
-        self.log_tail = log_tail
-        super().__init__(f"{what} — {todo}")
+# A broker's SIGTERM is a controlled shutdown (leadership handed over, logs flushed):
+# give it this long before SIGKILL.
+DOWN_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -150,38 +146,48 @@ class Launcher:
 
     # ------------------------------------------------------------------ up
 
-    def up(self, topology: Topology, *, ready_timeout_s: float = 30.0) -> UpResult:
-        """Start every broker of ``topology`` that is not already running; wait until each
-        answers ApiVersions. Idempotent: a running topology is reported, not restarted."""
+    def up(self, topology: Topology, *, ready_timeout_s: float = 30.0,
+           port_hint: str = "pick free ports with `mq up --listen HOST:PORT`") -> UpResult:
+        """Start every broker of ``topology`` that is not already running, all at once; wait
+        until each answers and the region is ready (``mq.deploy.readiness``: an active
+        controller, every broker registered and unfenced). Idempotent: a running topology
+        is reported, not restarted. On failure the brokers this call started are stopped."""
         state = self._read_state()
         recorded = Topology.from_json(state["topology"]) if state else None
         if recorded is not None and all(self._running_pid(state, b) for b in recorded.brokers):
             return UpResult(recorded, True, tuple(self.status()))
         if recorded is not None and any(self._running_pid(state, b) for b in recorded.brokers):
             topology = recorded  # partly up: complete what was started, keep its addresses
+        to_start = [spec for spec in topology.brokers if not self._running_pid(state, spec)]
+        for spec in to_start:  # every port first: never leave half a region running
+            self._check_free(spec, port_hint)
         os.makedirs(self.data_dir, exist_ok=True)
         processes: dict[str, dict] = dict((state or {}).get("processes", {}))
         started: list[tuple[BrokerSpec, subprocess.Popen, int]] = []
-        for spec in topology.brokers:
-            if self._running_pid(state, spec):
-                continue
-            self._check_free(spec)
-            proc, log_start = self._spawn(spec)
-            processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
-                                    "command": proc.args, "log": spec.log_path}
-            self._write_state(topology, processes)
-            started.append((spec, proc, log_start))
-        deadline = time.monotonic() + ready_timeout_s
-        for spec, proc, log_start in started:
-            self._wait_ready(spec, proc, log_start, deadline, ready_timeout_s)
+        try:
+            for spec in to_start:
+                proc, log_start = self._spawn(spec)
+                processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
+                                        "command": proc.args, "log": spec.log_path}
+                self._write_state(topology, processes)
+                started.append((spec, proc, log_start))
+            self._wait_ready(topology, started, list(topology.brokers), [b.node_id for b in topology.brokers],
+                             ready_timeout_s)
+        except BaseException:
+            for spec, proc, _ in started:
+                if proc.poll() is None:
+                    self._stop_all([(spec, proc.pid)], 5.0)
+                    proc.wait()
+                self._forget(spec)
+            raise
         return UpResult(topology, False, tuple(self.status()))
 
-    def _check_free(self, spec: BrokerSpec) -> None:
+    def _check_free(self, spec: BrokerSpec, hint: str = "pick free ports") -> None:
         for what, address in (("native", spec.listen), ("metrics", spec.metrics_endpoint)):
             if probe.port_in_use(address):
                 raise DeployError(
                     f"{address} ({what} port of {spec.name}) is already in use by another process",
-                    "stop it, or pick free ports with `mq up --listen HOST:PORT`",
+                    f"stop it, or {hint}",
                 )
 
     def _spawn(self, spec: BrokerSpec, *, reason: str = "mq up") -> tuple[subprocess.Popen, int]:
@@ -206,31 +212,53 @@ class Launcher:
             f.write(f"{proc.pid}\n")
         return proc, log_start
 
-    def _wait_ready(self, spec: BrokerSpec, proc: subprocess.Popen, log_start: int,
-                    deadline: float, timeout_s: float) -> None:
+    def _wait_ready(self, topology: Topology, started: list[tuple[BrokerSpec, subprocess.Popen, int]],
+                    asked: list[BrokerSpec], required: list[int], timeout_s: float) -> None:
+        """Poll until every started broker answers ApiVersions and every broker in ``asked``
+        reports an active controller and the ``required`` brokers registered and unfenced.
+        A broker that exits, or the deadline, raises DeployError with the logs' tails."""
+        deadline = time.monotonic() + timeout_s
+        silent = [spec for spec, _, _ in started]
+        problems: list[str] = []
         while True:
-            code = proc.poll()
-            if code is not None:
-                self._forget(spec)
-                raise DeployError(
-                    f"{spec.name} exited with code {code} before it answered on {spec.listen}",
-                    f"see {spec.log_path}", log_tail=log_tail(spec.log_path, start=log_start),
-                )
-            try:
-                probe.api_versions(spec.listen, timeout_s=0.5)
-                return
-            except probe.ProbeError:
-                pass
+            for spec, proc, log_start in started:
+                code = proc.poll()
+                if code is not None:
+                    raise DeployError(
+                        f"{spec.name} exited with code {code} before it answered on {spec.listen}",
+                        f"see {_shown(spec.log_path)}", log_tail=log_tail(spec.log_path, start=log_start))
+            for spec in list(silent):
+                try:
+                    probe.api_versions(spec.listen, timeout_s=0.5)
+                    silent.remove(spec)
+                except probe.ProbeError:
+                    pass
+            if not silent:
+                problems = region_problems(asked, required, self._ask_metadata(asked))
+                if not problems:
+                    return
             if time.monotonic() >= deadline:
-                proc.kill()
-                proc.wait()
-                self._forget(spec)
-                raise DeployError(
-                    f"{spec.name} did not answer on {spec.listen} within {timeout_s:g} s (stopped it)",
-                    f"see {spec.log_path}, or retry with a longer --timeout",
-                    log_tail=log_tail(spec.log_path, start=log_start),
-                )
-            time.sleep(0.05)
+                break
+            time.sleep(0.1)
+        tails = _log_tails([(spec, start) for spec, _, start in started])
+        if silent:
+            names = ", ".join(f"{s.name} on {s.listen}" for s in silent)
+            raise DeployError(f"{names} did not answer within {timeout_s:g} s",
+                              "see the broker log, or retry with a longer --timeout", log_tail=tails)
+        raise DeployError(
+            f"region {topology.name} was not ready within {timeout_s:g} s: {'; '.join(problems[:4])}",
+            "a region needs a majority of its voters running (`mq status` shows them); see the broker "
+            "logs, or retry with a longer --timeout", log_tail=tails)
+
+    @staticmethod
+    def _ask_metadata(specs: list[BrokerSpec]) -> dict[int, MetadataResponse | str]:
+        answers: dict[int, MetadataResponse | str] = {}
+        for spec in specs:
+            try:
+                answers[spec.node_id] = probe.metadata(spec.listen, timeout_s=1.0)
+            except probe.ProbeError as exc:
+                answers[spec.node_id] = str(exc)
+        return answers
 
     def _forget(self, spec: BrokerSpec) -> None:
         """Drop a broker that is not running from the pid file and cluster.json."""
@@ -250,32 +278,54 @@ class Launcher:
 
     # ------------------------------------------------------------------ down
 
-    def down(self, *, timeout_s: float = 10.0) -> list[StopResult]:
-        """SIGTERM every broker (graceful: flush and checkpoint), SIGKILL any still alive
-        after ``timeout_s``. Data stays; only the process state is removed."""
+    def down(self, *, timeout_s: float = DOWN_TIMEOUT_S) -> list[StopResult]:
+        """SIGTERM every broker at once (each does a controlled shutdown: hands its
+        leadership over, flushes, checkpoints), SIGKILL any still alive after
+        ``timeout_s``. Data stays; only the process state is removed."""
         state = self._read_state()
         if state is None:
             return []
         topology = Topology.from_json(state["topology"])
-        results = []
-        for spec in reversed(topology.brokers):
-            results.append(self._stop(spec, self._running_pid(state, spec), timeout_s))
+        results = self._stop_all([(spec, self._running_pid(state, spec)) for spec in topology.brokers],
+                                 timeout_s)
+        for spec in topology.brokers:
             self._forget(spec)
         if os.path.exists(self.state_path):
             os.remove(self.state_path)
-        return list(reversed(results))
+        return results
 
     @staticmethod
-    def _stop(spec: BrokerSpec, pid: int | None, timeout_s: float) -> StopResult:
+    def _stop_all(targets: list[tuple[BrokerSpec, int | None]], timeout_s: float) -> list[StopResult]:
+        """SIGTERM every pid (SIGCONT too: a paused process only handles it once running),
+        wait for all up to ``timeout_s``, SIGKILL the rest. One StopResult per target, in order."""
         started = time.monotonic()
-        waited = lambda: int((time.monotonic() - started) * 1000)
-        if pid is None or not process.send_signal(pid, signal.SIGTERM):
-            return StopResult(spec.name, pid, "not running", 0)
-        if process.wait_for_exit(pid, timeout_s):
-            return StopResult(spec.name, pid, "stopped", waited())
-        process.send_signal(pid, signal.SIGKILL)
-        process.wait_for_exit(pid, 5.0)
-        return StopResult(spec.name, pid, "killed", waited())
+        outcome: dict[str, tuple[str, int]] = {}
+        waiting: list[tuple[BrokerSpec, int]] = []
+        for spec, pid in targets:
+            if pid is None or not process.send_signal(pid, signal.SIGTERM):
+                outcome[spec.name] = ("not running", 0)
+            else:
+                process.send_signal(pid, signal.SIGCONT)
+                waiting.append((spec, pid))
+        deadline = started + timeout_s
+        while waiting:
+            for spec, pid in list(waiting):
+                if not process.is_alive(pid):
+                    outcome[spec.name] = ("stopped", int((time.monotonic() - started) * 1000))
+                    waiting.remove((spec, pid))
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        for spec, pid in waiting:
+            process.send_signal(pid, signal.SIGKILL)
+        for spec, pid in waiting:
+            process.wait_for_exit(pid, 5.0)
+            outcome[spec.name] = ("killed", int((time.monotonic() - started) * 1000))
+        return [StopResult(spec.name, pid, *outcome[spec.name]) for spec, pid in targets]
+
+    @classmethod
+    def _stop(cls, spec: BrokerSpec, pid: int | None, timeout_s: float) -> StopResult:
+        return cls._stop_all([(spec, pid)], timeout_s)[0]
 
     # ------------------------------------------------------------------ status
 
@@ -366,26 +416,55 @@ class Launcher:
                               f"check it with `ps -p {pid}`")
         return BrokerAction(spec.name, node_id, "resumed", pid)
 
-    def restart(self, node_id: int, *, stop_timeout_s: float = 10.0,
+    def restart(self, node_id: int, *, stop_timeout_s: float = DOWN_TIMEOUT_S,
                 ready_timeout_s: float = 30.0) -> BrokerAction:
         """Stop broker ``node_id`` gracefully if it runs (SIGTERM, SIGKILL after
         ``stop_timeout_s``), then start it with the arguments recorded in cluster.json and
-        wait until it answers ApiVersions, as ``up`` does. Also starts a killed broker."""
+        wait until it answers and sees an active controller with itself registered and
+        unfenced. Also starts a killed broker."""
         state, topology, spec = self._find(node_id)
         started = time.monotonic()
         old_pid = self._running_pid(state, spec)
         if old_pid is not None:
-            process.send_signal(old_pid, signal.SIGCONT)  # a paused broker must run to handle SIGTERM
-            self._stop(spec, old_pid, stop_timeout_s)
+            self._stop(spec, old_pid, stop_timeout_s)  # SIGCONTs a paused broker too
         self._check_free(spec)
         proc, log_start = self._spawn(spec, reason="mq broker restart")
         processes = dict((self._read_state() or state).get("processes", {}))
         processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
                                 "command": proc.args, "log": spec.log_path}
         self._write_state(topology, processes)
-        self._wait_ready(spec, proc, log_start, time.monotonic() + ready_timeout_s, ready_timeout_s)
+        try:
+            self._wait_ready(topology, [(spec, proc, log_start)], [spec], [node_id], ready_timeout_s)
+        except DeployError as exc:
+            if proc.poll() is None and "was not ready" in exc.what:
+                raise DeployError(  # it runs and keeps trying to join: leave it to the user
+                    exc.what.replace(f"region {topology.name}", spec.name, 1),
+                    f"it keeps running and trying; {exc.todo}", log_tail=exc.log_tail) from None
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            self._forget(spec)
+            raise
         return BrokerAction(spec.name, node_id, "restarted", proc.pid, old_pid,
                             int((time.monotonic() - started) * 1000))
+
+
+def _shown(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _log_tails(entries: list[tuple[BrokerSpec, int]], *, lines: int = LOG_TAIL_LINES) -> str:
+    """The tail of each broker's log since ``start``; several brokers share the lines."""
+    if len(entries) == 1:
+        spec, start = entries[0]
+        return log_tail(spec.log_path, start=start, lines=lines)
+    per = max(5, lines // len(entries))
+    parts = []
+    for spec, start in entries:
+        tail = log_tail(spec.log_path, start=start, lines=per)
+        parts.append(f"{spec.name} ({_shown(spec.log_path)}):\n" + "\n".join(f"  {t}" for t in tail.splitlines()))
+    return "\n".join(parts)
 
 
 def _partition_dirs(data_dir: str) -> list[tuple[str, int]]:

@@ -1,8 +1,9 @@
 """What runs where: a ``Topology`` of brokers, as data.
 
-``mq up`` builds a one-broker topology today; a later issue reads ``regions/*.yaml``
-into the same shape (several brokers, then regions, links and mirror flows), and the
-``Launcher`` starts whatever a topology names. The topology is also what
+``mq up FILE`` reads a region file (``regions/default.yaml``: three brokers, each a
+controller voter) into this shape with ``mq.deploy.region``; ``mq up --single`` builds a
+one-broker topology from its options; a later issue adds regions, links and mirror flows.
+The ``Launcher`` starts whatever a topology names. The topology is also what
 ``<data-dir>/cluster.json`` records, so ``mq status`` and ``mq down`` know what was
 started without guessing.
 """
@@ -80,11 +81,17 @@ class BrokerSpec:
 
 @dataclass(frozen=True)
 class Topology:
-    """A named set of brokers sharing one data directory (one region, later several)."""
+    """A named set of brokers sharing one data directory (one region, later several).
+
+    ``voters`` are the node ids of the metadata quorum (``controller.quorum.voters``);
+    empty for a single broker started without a quorum configuration (it is its own
+    quorum).
+    """
 
     name: str
     data_dir: str
     brokers: tuple[BrokerSpec, ...] = field(default_factory=tuple)
+    voters: tuple[int, ...] = ()
 
     @classmethod
     def single_broker(
@@ -102,6 +109,17 @@ class Topology:
         )
         return cls(name="local", data_dir=root, brokers=(broker,))
 
+    def broker(self, node_id: int) -> BrokerSpec | None:
+        for spec in self.brokers:
+            if spec.node_id == node_id:
+                return spec
+        return None
+
+    @property
+    def quorum_voters(self) -> str:
+        """``controller.quorum.voters`` for these voters: ``1@127.0.0.1:9092,2@...``."""
+        return voters_config([b for v in self.voters if (b := self.broker(v)) is not None])
+
     @property
     def bootstrap(self) -> str:
         """The ``--bootstrap`` value a client should use for this topology."""
@@ -109,11 +127,17 @@ class Topology:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "data_dir": self.data_dir,
-                "brokers": [b.to_json() for b in self.brokers]}
+                "brokers": [b.to_json() for b in self.brokers], "voters": list(self.voters)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Topology:
         return cls(
             name=str(data["name"]), data_dir=str(data["data_dir"]),
             brokers=tuple(BrokerSpec.from_json(b) for b in data["brokers"]),
+            voters=tuple(int(v) for v in data.get("voters", [])),
         )
+
+
+def voters_config(brokers: list[BrokerSpec]) -> str:
+    """``controller.quorum.voters`` naming ``brokers`` at their native listeners."""
+    return ",".join(f"{b.node_id}@{b.listen}" for b in brokers)

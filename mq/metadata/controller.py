@@ -153,7 +153,7 @@ class QuorumController:
     ) -> ControllerResult[BrokerHeartbeatResponse]:
         """Refresh the session; unfence a caught-up broker (and let it lead partitions
         that have no leader), fence one that asks, or run a controlled shutdown step:
-        move leadership off it first, then (nothing left to move) fence it and answer
+        move leadership off it first, then (nothing left to move) answer
         ``should_shutdown``."""
         broker_id = request.broker_id
         broker = self.image.broker(broker_id)
@@ -166,11 +166,12 @@ class QuorumController:
         records: list[MetadataRecord] = []
         should_shutdown = False
         if request.want_shutdown:
+            # Leadership moves first; once nothing is left to move the broker may exit.
+            # It is not fenced here: partitions nobody else can lead keep their leader
+            # until it is gone, and its session running out fences it then.
             if not broker.fenced:
                 records = election.controlled_shutdown(self.image, broker_id, eligible=self._eligible(self.image))
-                if not any(self._moves_leadership(r) for r in records):
-                    records = self._fence(self.image, broker_id, broker.broker_epoch)
-            should_shutdown = not records or isinstance(records[0], FenceBrokerRecord)
+            should_shutdown = not any(self._moves_leadership(r) for r in records)
         elif request.want_fence:
             if not broker.fenced:
                 records = self._fence(self.image, broker_id, broker.broker_epoch)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from mq.core.rng import Rng
@@ -34,9 +35,17 @@ class Nemesis:
         self.power_loss_reports: list[dict[str, int]] = []
 
     def _window(self, what: str, fault: Callable[[], None]) -> None:
+        with self.window(what):
+            fault()
+
+    @contextmanager
+    def window(self, what: str) -> Iterator[None]:
+        """A fault window of any shape (a partition through the link proxy, several
+        nodes at once): ``with nemesis.window("isolate n1"): ...`` writes its start and
+        end to the history, even when the body raises."""
         self.history.nemesis_start(what)
         try:
-            fault()
+            yield
         finally:
             self.history.nemesis_end(what)
 

@@ -78,6 +78,7 @@ class BrokerNode:
     starts: int = 0
     paused: bool = False
     events: list[str] = field(default_factory=list)
+    _ready_offset: int = 0
 
     @property
     def data_dir(self) -> Path:
@@ -121,19 +122,32 @@ class BrokerNode:
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> BrokerNode:
         """Start and wait until the ready line is logged and the port accepts."""
+        return self.spawn().wait_ready(timeout_s=timeout_s)
+
+    def spawn(self) -> BrokerNode:
+        """Start the process without waiting for it to be ready: brokers of a region
+        only become ready once a quorum of them runs, so a region spawns them all and
+        then waits (``wait_ready``)."""
         if self.running:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.root.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        offset = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
+        self._ready_offset = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.DEVNULL,
                                          stderr=err, env=self.environment())
         self.paused = False
         self.events.append("start")
+        return self
+
+    def wait_ready(self, *, timeout_s: float = START_TIMEOUT_S) -> BrokerNode:
+        """Wait until this incarnation logs its ready line and the port accepts; a
+        broker that is not ready in time is killed (TimeoutError)."""
+        assert self.proc is not None, "spawn() first"
         try:
             self.metrics_port = wait_until_ready(
-                self.proc, self.stderr_text, offset, self.host, self.port, timeout_s, self.name)
+                self.proc, self.stderr_text, self._ready_offset, self.host, self.port, timeout_s,
+                self.name)
         except TimeoutError:
             self.kill()
             raise

@@ -56,6 +56,7 @@ class WorkloadConfig:
     readers: int = 0
     producer: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_PRODUCER)
     seed: int = 0
+    value_prefix: str = ""  # several workloads in one history: values and processes stay unique
 
 
 class Workload:
@@ -119,13 +120,15 @@ class Workload:
             if interval:
                 await asyncio.sleep(max(0.0, next_at - loop.time()))  # pacing, not waiting
                 next_at += interval
-            value = f"{process}-{seq}"
+            value = f"{cfg.value_prefix}{process}-{seq}"
             seq += 1
             partition = rng.randrange(cfg.partitions)
-            self.history.record("invoke", "send", value, partition=partition, process=process)
-            await self._send_one(producer, process, value, partition)
+            name: int | str = f"{cfg.value_prefix}{process}" if cfg.value_prefix else process
+            self.history.record("invoke", "send", value, partition=partition, process=name)
+            await self._send_one(producer, name, value, partition)
 
-    async def _send_one(self, producer: Producer, process: int, value: str, partition: int) -> None:
+    async def _send_one(self, producer: Producer, process: int | str, value: str,
+                        partition: int) -> None:
         record = self.history.record
         try:
             future = producer.send(self.config.topic, value.encode(), partition=partition)

@@ -107,3 +107,58 @@ def test_up_shows_the_log_when_the_broker_cannot_start(tmp_path):
     err = result.stderr.decode()
     assert err.startswith("error: broker-1 exited with code") and "broker log (last lines):" in err
     assert not (data_dir / "cluster.json").exists()
+
+
+def test_up_refuses_a_bad_region_file(tmp_path):
+    """A mistake in the region file: one line naming the file and the key, nothing started."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("region: local\nbrokers:\n  - {id: 1, listen: 127.0.0.1:9092}\n  - {id: 2, listen: 127.0.0.1}\n")
+    result = run_mq("up", str(bad), "--data-dir", str(tmp_path / "d"), env=base_env(), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        "error: bad.yaml: brokers[1].listen: '127.0.0.1' is not HOST:PORT — write it as 127.0.0.1:9093"]
+    assert not (tmp_path / "d").exists()
+
+    future = tmp_path / "future.yaml"
+    future.write_text("region: local\nlinks: []\nbrokers: [{id: 1, listen: '127.0.0.1:9092'}]\n")
+    result = run_mq("up", str(future), env=base_env(), cwd=tmp_path)
+    assert result.returncode == 2 and b"'links': not supported by this version of mq" in result.stderr
+
+    both = run_mq("up", str(bad), "--single", env=base_env(), cwd=tmp_path)
+    assert both.returncode == 2 and b"exclude each other" in both.stderr
+    missing = run_mq("up", "nope.yaml", env=base_env(), cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.startswith(b"error: nope.yaml: no such file")
+
+
+def test_up_a_one_broker_region_file(tmp_path):
+    """`mq up FILE`: the region path end to end (one voter, so it runs on any runtime)."""
+    listen = free_listen()
+    path = tmp_path / "one.yaml"
+    path.write_text(f"region: solo\ndata_dir: here\nconfigs: {{log.segment.bytes: 1048576}}\n"
+                    f"brokers:\n  - id: 1\n    listen: {listen}\n")
+    env = base_env(MQ_BOOTSTRAP=listen)
+    up = run_mq("up", str(path), env=env, cwd=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        out = up.stdout.decode()
+        assert "mq is up: broker-1 pid" in out and f"bootstrap: {listen}" in out
+        assert "mq status --data-dir here" in out  # not the default .mq: say where it is
+        state = json.loads((tmp_path / "here" / "cluster.json").read_text())
+        assert state["topology"]["name"] == "solo" and state["topology"]["voters"] == [1]
+        command = state["processes"]["broker-1"]["command"]
+        assert f"controller.quorum.voters=1@{listen}" in command and "log.segment.bytes=1048576" in command
+        assert run_mq("topic", "create", "t", "--partitions", "2", env=env).returncode == 0
+        assert run_mq("produce", "t", "--partition", "1", env=env, input=b"a\nb\n").returncode == 0
+        status = run_mq("status", "--json", env=env, cwd=tmp_path / "here" / "..", timeout=30)
+        assert status.returncode == 1  # the default data dir (.mq) holds nothing
+        doc = json.loads(run_mq("status", "--data-dir", "here", "--json", env=env, cwd=tmp_path).stdout)
+        assert doc["region"] == "solo" and doc["controller"]["id"] == 1
+        [broker] = doc["brokers"]
+        assert broker["state"] == "alive" and broker["registered"] is True and broker["fenced"] is False
+        assert [(p["topic"], p["partition"], p["leader"], p["isr"], p["high_watermark"], p["under_replicated"])
+                for p in doc["partitions"]] == [("t", 0, 1, [1], 0, False), ("t", 1, 1, [1], 2, False)]
+        table = run_mq("status", "--data-dir", "here", env=env, cwd=tmp_path).stdout.decode()
+        assert "active controller: broker 1" in table and "high watermark" in table
+    finally:
+        down = run_mq("down", "--data-dir", "here", env=env, cwd=tmp_path)
+    assert down.returncode == 0 and b"stopped broker-1" in down.stdout, down.stderr

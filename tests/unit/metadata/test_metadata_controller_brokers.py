@@ -265,9 +265,12 @@ def test_controlled_shutdown_moves_leadership_then_says_shut_down() -> None:
         if old.leader == 2:
             assert new.leader_epoch == old.leader_epoch + 1
     second = h.heartbeat(2, want_shutdown=True)
-    assert (second.is_fenced, second.should_shutdown) == (True, True)
-    third = h.heartbeat(2, want_shutdown=True)  # still asking: stays fenced, no records
-    assert (third.is_fenced, third.should_shutdown) == (True, True)
+    assert (second.is_fenced, second.should_shutdown) == (False, True)  # nothing left to move
+    # It exits; its session runs out and the controller fences it.
+    h.now_ms += SESSION_MS + 1
+    h.heartbeat(1)
+    h.heartbeat(3)
+    h.propose(h.controller.tick(h.now_ms))
     assert h.log[-1][0] == FenceBrokerRecord(2, h.epochs[2])
     # Broker 1 dies too: broker 3 (the last live ISR member) leads everything.
     h.now_ms += SESSION_MS + 1
@@ -281,10 +284,10 @@ def test_controlled_shutdown_keeps_leading_what_nobody_else_can_take() -> None:
     h.start_brokers(1)
     h.create_topic("t", 2, 1)
     response = h.heartbeat(1, want_shutdown=True)
-    assert (response.should_shutdown, response.is_fenced) == (True, True)
-    for p in range(2):
+    assert (response.should_shutdown, response.is_fenced) == (True, False)
+    for p in range(2):  # still led by it while it drains; fenced (leaderless) once it is gone
         part = h.partition("t", p)
-        assert (part.leader, part.isr) == (NO_LEADER, (1,))
+        assert (part.leader, part.isr) == (1, (1,))
 
 
 def test_records_of_registration_and_unfence() -> None:

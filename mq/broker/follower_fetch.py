@@ -1,0 +1,195 @@
+"""The follower side of replication: one ``ReplicaFetcher`` per leader, one Fetch in
+flight to each (Kafka's ``ReplicaFetcherManager``).
+
+``take_requests`` builds a FetchRequest (``replica_id`` = this broker, ``replica_epoch``
+= its broker epoch) for every leader with fetchable partitions and no fetch in flight;
+``on_response`` hands the answer to the fetcher (append, or truncate by leader epoch),
+fsyncs what was appended under flush policy ``always`` (the next fetch's offset is the
+follower's acknowledgement, so it must be durable first) and frees the leader for the
+next fetch. A failed request (``None``) backs the partitions off for
+``replica.fetch.backoff.ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from mq.broker.outbound import Outbound
+from mq.broker.partition import Partition
+from mq.core.config import BrokerConfig
+from mq.core.errors import ErrorCode, MqError
+from mq.core.types import FlushPolicy, TopicPartition
+from mq.protocol.messages import FetchPartitionResponse, FetchRequest, FetchResponse, Response
+from mq.replication import (
+    EpochEndOffset,
+    FetchOutcome,
+    FetchStatus,
+    FollowerPartition,
+    ReplicaFetcher,
+    ReplicaFetchResponse,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    leader_id: int
+    request: FetchRequest
+
+
+class FetcherManager:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._in_flight: dict[int, _InFlight] = {}  # tag -> fetch
+        self._busy: dict[int, int] = {}  # leader id -> tag of its fetch in flight
+        self.truncations: list[tuple[TopicPartition, FetchOutcome]] = []
+
+    # ---- membership (driven by the metadata image)
+
+    def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        follower = partition.follower
+        if follower is None:
+            follower = FollowerPartition(
+                partition.tp, log=partition.log, epoch_cache=partition.epoch_cache,
+                leader_id=leader_id, leader_epoch=leader_epoch,
+                high_watermark=partition.high_watermark,
+                fetch_backoff_ms=self.config.replica_fetch_backoff_ms,
+            )
+            partition.follower = follower
+        elif follower.leader_id != leader_id:
+            old = self.fetchers.get(follower.leader_id)
+            if old is not None:
+                old.remove_partition(partition.tp)
+                self._drop_if_empty(follower.leader_id)
+        follower.on_leader_change(leader_id, leader_epoch)
+        fetcher = self._fetcher_of(leader_id, create=True)
+        assert fetcher is not None
+        fetcher.add_partition(follower)
+
+    def unfollow(self, partition: Partition) -> None:
+        follower = partition.follower
+        if follower is None:
+            return
+        partition.remember_high_watermark()
+        partition.follower = None
+        fetcher = self.fetchers.get(follower.leader_id)
+        if fetcher is not None:
+            fetcher.remove_partition(partition.tp)
+            self._drop_if_empty(follower.leader_id)
+
+    def _fetcher_of(self, leader_id: int, *, create: bool) -> ReplicaFetcher | None:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None and create:
+            fetcher = ReplicaFetcher(
+                replica_id=self.config.node_id, leader_id=leader_id,
+                max_wait_ms=self.config.replica_fetch_wait_max_ms,
+                min_bytes=self.config.replica_fetch_min_bytes,
+                max_bytes=self.config.fetch_max_bytes,
+                partition_max_bytes=self.config.replica_fetch_max_bytes,
+            )
+            self.fetchers[leader_id] = fetcher
+        return fetcher
+
+    def _drop_if_empty(self, leader_id: int) -> None:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is not None and not fetcher.partitions:
+            del self.fetchers[leader_id]
+
+    # ---- requests and responses
+
+    def take_requests(self, now_ms: int, *, broker_epoch: int, new_tag: Callable[[], int]) -> list[Outbound]:
+        out = []
+        for leader_id in sorted(self.fetchers):
+            if leader_id in self._busy:
+                continue
+            request = self.fetchers[leader_id].build_fetch_request(now_ms)
+            if request is None:
+                continue
+            request = replace(request, replica_epoch=broker_epoch)
+            tag = new_tag()
+            self._in_flight[tag] = _InFlight(leader_id, request)
+            self._busy[leader_id] = tag
+            out.append(Outbound(leader_id, request, tag))
+        return out
+
+    def owns(self, tag: int) -> bool:
+        return tag in self._in_flight
+
+    def on_response(
+        self, tag: int, response: Response | None, *, now_ms: int,
+        partitions: dict[TopicPartition, Partition],
+    ) -> dict[TopicPartition, FetchOutcome]:
+        sent = self._in_flight.pop(tag, None)
+        if sent is None:
+            return {}
+        if self._busy.get(sent.leader_id) == tag:
+            del self._busy[sent.leader_id]
+        fetcher = self.fetchers.get(sent.leader_id)
+        if fetcher is None:
+            return {}
+        if not isinstance(response, FetchResponse) or response.error_code != ErrorCode.NONE:
+            self._back_off(fetcher, sent.request, now_ms)
+            return {}
+        answers: dict[TopicPartition, ReplicaFetchResponse] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                answers[TopicPartition(topic.name, part.partition)] = to_replica_response(part)
+        outcomes = fetcher.handle_fetch_response(sent.request, answers, now_ms=now_ms)
+        for tp in sorted(outcomes):
+            outcome = outcomes[tp]
+            follower = fetcher.partitions.get(tp)
+            if follower is None:
+                continue
+            if outcome.truncated_to is not None:
+                self.truncations.append((tp, outcome))
+            if follower.status == FetchStatus.AWAITING_METADATA:
+                # The leader's metadata may lag ours (it does not know yet that it
+                # leads, or the partition): retry after the backoff instead of
+                # waiting for a metadata change that may never come.
+                follower.status = FetchStatus.DELAYED
+                follower.delayed_until_ms = now_ms + follower.fetch_backoff_ms
+            partition = partitions.get(tp)
+            if (
+                outcome.appended_bytes and partition is not None
+                and self.config.log_flush_policy == FlushPolicy.ALWAYS
+            ):
+                try:
+                    partition.log.flush()
+                except MqError:
+                    follower.status = FetchStatus.FAILED
+        return outcomes
+
+    def _back_off(self, fetcher: ReplicaFetcher, request: FetchRequest, now_ms: int) -> None:
+        for topic in request.topics:
+            for sent in topic.partitions:
+                follower = fetcher.partitions.get(TopicPartition(topic.name, sent.partition))
+                if follower is not None and follower.status == FetchStatus.FETCHING:
+                    follower.status = FetchStatus.DELAYED
+                    follower.delayed_until_ms = now_ms + self.config.replica_fetch_backoff_ms
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for f in self.fetchers.values() if (d := f.next_deadline_ms()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def take_truncations(self) -> list[tuple[TopicPartition, FetchOutcome]]:
+        done, self.truncations = self.truncations, []
+        return done
+
+
+def to_replica_response(part: FetchPartitionResponse) -> ReplicaFetchResponse:
+    try:
+        error = ErrorCode(part.error_code)
+    except ValueError:
+        error = ErrorCode.UNKNOWN_SERVER_ERROR
+    diverging = None
+    if part.diverging_epoch >= 0 or part.diverging_end_offset >= 0:
+        diverging = EpochEndOffset(part.diverging_epoch, part.diverging_end_offset)
+    return ReplicaFetchResponse(
+        error=error, high_watermark=part.high_watermark, log_start_offset=part.log_start_offset,
+        records=part.records, diverging_epoch=diverging,
+    )
+
+
+def to_fetch_response_fields(diverging: EpochEndOffset) -> dict[str, int]:
+    return {"diverging_epoch": diverging.epoch, "diverging_end_offset": diverging.end_offset}

@@ -1,0 +1,62 @@
+"""The broker process (``python -m mq.aio.runner``) in a quorum: readiness, the ready
+timeout and the controlled shutdown on SIGTERM, over real sockets."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mq.protocol.messages import MetadataRequest
+
+from ..conftest import READY, REPO, BrokerProcess, broker_command, free_port
+from .raw import RawClient
+
+
+def voters(ports: dict[int, int]) -> str:
+    return ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in sorted(ports.items()))
+
+
+def test_broker_without_a_quorum_is_never_ready_and_exits_1(tmp_path: Path):
+    ports = {1: free_port(), 2: free_port(), 3: free_port()}  # 2 and 3 never start
+    cmd = broker_command(1, tmp_path / "b1", "127.0.0.1", ports[1],
+                         {"controller.quorum.voters": voters(ports)}) + ["--ready-timeout", "2"]
+    started = time.monotonic()
+    done = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert time.monotonic() - started < 30
+    assert not READY.search(done.stderr)
+    assert "broker_not_ready" in done.stderr and "controller.quorum.voters" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "broker_stopped" in done.stderr  # closed its logs on the way out
+
+
+def test_three_voters_become_ready_and_a_sigterm_is_a_controlled_shutdown(tmp_path: Path):
+    ports = {1: free_port(), 2: free_port(), 3: free_port()}
+    configs = {"controller.quorum.voters": voters(ports)}
+    brokers = [BrokerProcess(tmp_path / f"broker-{n}", ports[n], node_id=n, configs=configs) for n in sorted(ports)]
+    try:
+        # No broker is ready before a majority runs: start them together.
+        with ThreadPoolExecutor(len(brokers)) as pool:
+            list(pool.map(lambda b: b.start(timeout_s=60), brokers))
+        with RawClient.to(brokers[0]) as raw:
+            deadline = time.monotonic() + 20
+            while True:
+                metadata = raw.request(MetadataRequest([]))
+                if metadata.controller_id in ports and len(metadata.brokers) == 3:
+                    break
+                assert time.monotonic() < deadline, metadata
+                time.sleep(0.05)  # polling the cluster's state, with a deadline
+        stopping = brokers[2]
+        started = time.monotonic()
+        assert stopping.stop(timeout_s=30) == 0
+        assert time.monotonic() - started < 15
+        text = stopping.stderr_text()
+        assert "broker_controlled_shutdown_complete" in text, text[-3000:]
+        assert "Traceback" not in text
+        for other in brokers[:2]:
+            assert other.running and "Traceback" not in other.stderr_text()
+    finally:
+        for b in brokers:
+            b.stop()
