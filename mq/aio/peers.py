@@ -194,6 +194,9 @@ class PeerNetwork:
     def _write(self, peer: _Peer, conn: _Connection, item: Outbound) -> None:
         transport = conn.transport
         assert transport is not None
+        if conn.closed or transport.is_closing():  # reset right after connecting
+            self._fail(item)
+            return
         if not item.one_way and len(conn.in_flight) >= self.max_in_flight:
             log.warning("peer_too_many_in_flight node=%d limit=%d", peer.node_id, self.max_in_flight)
             self._fail(item)
@@ -211,7 +214,11 @@ class PeerNetwork:
                           type(item.request).__name__)
             self._fail(item)
             return
-        transport.write(frame)
+        try:
+            transport.write(frame)
+        except (RuntimeError, OSError):  # uvloop: "the handler is closed" on a reset socket
+            self._fail(item)
+            return
         if item.one_way:
             return
         timeout_ms = self.request_timeout_ms

@@ -46,7 +46,7 @@ class IsrChanges:
         for p in proposals:
             topics.setdefault(p.tp.topic, []).append(ib.AlterPartitionPartition(
                 p.tp.partition, p.leader_epoch, list(p.new_isr), p.partition_epoch,
-                [ib.BrokerState(b, e) for b, e in p.broker_epochs],
+                _with_epochs(p, broker_id=broker_id, broker_epoch=broker_epoch),
             ))
         return ib.AlterPartitionRequest(
             broker_id, broker_epoch, [ib.AlterPartitionTopic(name, parts) for name, parts in topics.items()])
@@ -80,3 +80,12 @@ class IsrChanges:
                                          result.partition_epoch, state.replicas), now_ms=now_ms)
                 changed.append(proposal.tp)
         return changed
+
+
+def _with_epochs(proposal: AlterPartitionRequest, *, broker_id: int, broker_epoch: int) -> list[ib.BrokerState]:
+    """Every proposed member with the broker epoch it fetched with (KIP-903); the
+    leader is a member too, with its own epoch. Kafka's controller reads the ISR from
+    this list when it is given."""
+    epochs = dict(proposal.broker_epochs)
+    epochs[broker_id] = broker_epoch
+    return [ib.BrokerState(b, epochs.get(b, -1)) for b in proposal.new_isr]

@@ -9,6 +9,7 @@ prints ``error: <what> — <what to do>`` on stderr and exits with a non-zero co
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -64,12 +65,14 @@ def host_port(text: str) -> str:
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", metavar="HOST:PORT[,...]", default=None,
-        help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})",
+        help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else the region `mq up` started here, "
+             f"else {DEFAULT_BOOTSTRAP})",
     )
 
 
 def bootstrap_of(args: argparse.Namespace) -> str:
-    value = getattr(args, "bootstrap", None) or os.environ.get("MQ_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    value = (getattr(args, "bootstrap", None) or os.environ.get("MQ_BOOTSTRAP") or recorded_bootstrap()
+             or DEFAULT_BOOTSTRAP)
     for address in value.split(","):
         try:
             host_port(address.strip())
@@ -225,3 +228,14 @@ def check_partition(topic: str, partition: int | None, partitions: list[int]) ->
     if partition is not None and partition not in partitions:
         raise CliError(f"topic {topic!r} has no partition {partition} (it has {len(partitions)})",
                        f"use --partition 0..{len(partitions) - 1}, or see `mq topic describe {topic}`")
+
+
+def recorded_bootstrap(data_dir: str = ".mq") -> str | None:
+    """The bootstrap list ``mq up`` recorded in ``<data_dir>/cluster.json`` (every
+    broker of the region, so commands keep working when the first one is down)."""
+    try:
+        with open(os.path.join(data_dir, "cluster.json"), encoding="utf-8") as f:
+            value = json.load(f).get("bootstrap")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
