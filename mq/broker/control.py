@@ -67,6 +67,10 @@ from mq.raft import LogEntry, RaftConfig, RaftNode, Ready
 from mq.storage.fileio import FileIO
 
 Reply = Callable[[Response], None]
+import os as _os, sys as _sys
+def _dbg(*a):
+    if _os.environ.get("MQ_DEBUG_CTL"):
+        print("CTLDBG", *a, file=_sys.stderr, flush=True)
 
 CONTROLLER_REQUEST_TIMEOUT_MS = 30_000
 """How long a client's admin request waits for its records to commit."""
@@ -127,6 +131,7 @@ class ControlPlane:
         self._ops: dict[int, Request] = {}  # client op id -> request, while unanswered
         self._forwards: dict[int, int] = {}  # outbound tag -> client op id
         self._lifecycle_tag: int | None = None
+        self._lifecycle_destination: int | None = None
         self._loopback: list[tuple[Reply, Response]] = []
         self._outbound: list[Outbound] = []
         self._completions: list[tuple[int, Response]] = []
@@ -139,8 +144,11 @@ class ControlPlane:
         self.fileio.makedirs(self._directory)
         self._log = StorageReplicatedLog.open(self.fileio, self._directory, clock=self._clock)
         state = read_quorum_state(self.fileio, self._directory)
+        fetch_timeout = self.config.controller_quorum_fetch_timeout_ms
+        # A parked fetch must come back well before the follower gives up on the leader.
         raft_config = RaftConfig(election_timeout_ms=self.config.controller_quorum_election_timeout_ms,
-                                 fetch_timeout_ms=self.config.controller_quorum_fetch_timeout_ms)
+                                 fetch_timeout_ms=fetch_timeout, fetch_max_wait_ms=min(500, fetch_timeout // 4),
+                                 request_timeout_ms=min(1000, max(1, fetch_timeout // 2)))
         self.raft = RaftNode(self.node_id, sorted(self.voter_addresses), self._log, state,
                              self._rng.fork("raft"), raft_config, now_ms=now_ms)
         ready = self.raft.campaign(now_ms) if len(self.voter_addresses) == 1 else self.raft.tick(now_ms)
@@ -220,6 +228,7 @@ class ControlPlane:
         if self.is_active_controller:
             records = self.controller.tick(now_ms)
             if records:
+                _dbg(now_ms, "tick", records[:4], self.controller.sessions._sessions)
                 self._propose(records, now_ms)
         self._after(now_ms)
         deadlines = [self._raft_deadline_ms, now_ms + 1000]
@@ -259,6 +268,7 @@ class ControlPlane:
         """An answer to one of our outbound requests; False if the tag is not ours."""
         self._clock.now_ms = now_ms
         if tag == self._lifecycle_tag:
+            _dbg(now_ms, "lifecycle resp", type(response).__name__, getattr(response, "error_code", None))
             self._lifecycle_tag = None
             self.lifecycle.on_response(response, now_ms=now_ms)
         elif tag in self._forwards:
@@ -303,6 +313,7 @@ class ControlPlane:
             result = c.register_broker(request, next_offset=self.raft.log.end_offset, now_ms=now_ms)
         elif isinstance(request, BrokerHeartbeatRequest):
             result = c.broker_heartbeat(request, now_ms=now_ms)
+            _dbg(now_ms, "hb served", request.broker_id, request.broker_epoch, result.response.error_code, [type(r).__name__ for r in result.records], c.sessions._sessions.get(request.broker_id), c.active)
         elif isinstance(request, AlterPartitionRequest):
             result = c.alter_partition(request, now_ms=now_ms)
         else:
@@ -407,7 +418,9 @@ class ControlPlane:
                 speculative = speculative.apply(records, last_offset=entry.offset)
             self.controller.reset(speculative)
             self.controller.activate(now_ms)
+            _dbg(now_ms, "activate", self.raft.epoch, self.controller.sessions._sessions)
             return
+        _dbg(now_ms, "deactivate", self.raft.epoch)
         self.controller.reset(self.image)
         awaiting, self._awaiting = self._awaiting, []
         for waiting in awaiting:
@@ -425,11 +438,19 @@ class ControlPlane:
     def _after(self, now_ms: int) -> None:
         """Send the lifecycle's next request, run local controller calls to completion."""
         controller = self.controller_id
+        if self._lifecycle_tag is not None and controller != self._lifecycle_destination:
+            # The controller moved: the old one may never answer (it may be dead or cut
+            # off), and our session runs on the new one. Send again there now; a late
+            # answer to the old tag is ignored.
+            self._lifecycle_tag = None
+            self.lifecycle.in_flight = False
         if self._lifecycle_tag is None and controller is not None:
             request = self.lifecycle.next_request(now_ms=now_ms, metadata_offset=self.image.offset)
             if request is not None:
                 tag = self._new_op_id()
                 self._lifecycle_tag = tag
+                self._lifecycle_destination = controller
+                _dbg(now_ms, "lifecycle send", controller, type(request).__name__)
                 if controller == self.node_id:
                     self._serve(request, now_ms, lambda r, t=tag: self._loopback.append((self._local(t), r)))
                 else:

@@ -24,6 +24,7 @@ class IsrChanges:
     def __init__(self) -> None:
         self._queued: dict[TopicPartition, AlterPartitionRequest] = {}
         self._in_flight: dict[int, list[AlterPartitionRequest]] = {}
+        self._destinations: dict[int, int] = {}  # tag -> the controller it went to
 
     def __len__(self) -> int:
         return len(self._queued)
@@ -38,10 +39,12 @@ class IsrChanges:
     def ready(self) -> bool:
         return bool(self._queued) and not self._in_flight
 
-    def take_request(self, tag: int, *, broker_id: int, broker_epoch: int) -> ib.AlterPartitionRequest:
+    def take_request(self, tag: int, *, broker_id: int, broker_epoch: int,
+                     destination: int) -> ib.AlterPartitionRequest:
         proposals = [self._queued[tp] for tp in sorted(self._queued)]
         self._queued.clear()
         self._in_flight[tag] = proposals
+        self._destinations[tag] = destination
         topics: dict[str, list[ib.AlterPartitionPartition]] = {}
         for p in proposals:
             topics.setdefault(p.tp.topic, []).append(ib.AlterPartitionPartition(
@@ -54,11 +57,17 @@ class IsrChanges:
     def owns(self, tag: int) -> bool:
         return tag in self._in_flight
 
+    def sent_elsewhere(self, controller: int | None) -> list[int]:
+        """Tags of requests in flight to a controller that is no longer the active one:
+        it may never answer, so the caller fails them and the proposals start again."""
+        return [tag for tag, dest in self._destinations.items() if dest != controller]
+
     def on_response(
         self, tag: int, response: Response | None, *, partitions: dict[TopicPartition, Partition], now_ms: int,
     ) -> list[TopicPartition]:
         """Apply the controller's answer; returns the partitions whose state changed."""
         proposals = self._in_flight.pop(tag, [])
+        self._destinations.pop(tag, None)
         results: dict[TopicPartition, ib.AlterPartitionPartitionResult] = {}
         if isinstance(response, ib.AlterPartitionResponse) and response.error_code == ErrorCode.NONE:
             for topic in response.topics:

@@ -279,9 +279,13 @@ class BrokerNode:
         now_ms = self._now_ms
         out = self.replicas.fetchers.take_requests(now_ms, broker_epoch=self.broker_epoch, new_tag=self._new_op_id)
         controller = self.control.controller_id
+        for stale in self._isr.sent_elsewhere(controller):
+            for tp in self._isr.on_response(stale, None, partitions=self.partitions, now_ms=now_ms):
+                self._moved[tp] = None
         if self._isr.ready and controller is not None and controller != self.node_id:
             tag = self._new_op_id()
-            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch)
+            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch,
+                                             destination=controller)
             out.append(Outbound(controller, request, tag))
         out.extend(self.control.take_outbound())
         return out
@@ -387,7 +391,8 @@ class BrokerNode:
         the control plane's published images and answers, then the waiters."""
         if self._isr.ready and self.control.controller_id == self.node_id:
             tag = self._new_op_id()
-            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch)
+            request = self._isr.take_request(tag, broker_id=self.node_id, broker_epoch=self.broker_epoch,
+                                             destination=self.node_id)
             result = self.control.handle(_ALTER_PARTITION_HEADER, request, now_ms=now_ms)
             if isinstance(result, Pending):
                 self._local_alter_ops[result.op_id] = tag

@@ -146,6 +146,7 @@ class SimRegion:
         if node is None:
             return
         now = self.now_ms
+        deadline = node.poll(now_ms=now)  # first: what it queues goes out below
         for _ in range(100):
             if node.needs_group_commit:
                 node.group_commit(now_ms=now)
@@ -160,7 +161,6 @@ class SimRegion:
                     self._arm_timeout(node_id, out.tag, out.request)
             for op_id, response in completions:
                 self._answer(node_id, op_id, response)
-        deadline = node.poll(now_ms=now)
         self._schedule_poll(node_id, deadline)
 
     def _schedule_poll(self, node_id: int, deadline: int) -> None:
