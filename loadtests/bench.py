@@ -4,6 +4,7 @@
                               [--size-bytes B] [--bootstrap HOST:PORT]
                               [-- ARGS FOR P8]
     mq bench ...  (the same)
+    mq bench --only P3,P4,failover [REGION OPTIONS]   (loadtests/bench_region.py)
 
 Prints one JSON line per measured run (workload, records, bytes, seconds, rec/s,
 MB/s, latency percentiles where they mean something, the server's RSS, versions),
@@ -34,7 +35,8 @@ from loadtests.stats import Result, emit, median, versions
 from mq.lab.cluster import BrokerHandle
 from mq.lab.workloads import make_values
 
-WORKLOADS = ("P1", "P1b", "P2", "P5", "P8")
+WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover")
+REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
 VALUE_POOL = 4096  # distinct values, cycled: same data for every system, little memory
 # (mq workload, peer, operation, target ratio from PERFORMANCE.md)
@@ -217,8 +219,30 @@ def run_storage_bench(argv: Sequence[str]) -> int:
     return int(bench_storage.main(list(argv)) or 0)
 
 
+def _region_only(argv: Sequence[str]) -> bool:
+    """``--only`` names region workloads alone: loadtests.bench_region takes every argument."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--only", default="")
+    known, _ = peek.parse_known_args([a for a in argv if a != "--help" and a != "-h"])
+    only = {w.strip() for w in known.only.split(",") if w.strip()}
+    return bool(only) and only <= set(REGION_WORKLOADS)
+
+
+def run_region_bench(argv: Sequence[str]) -> int:
+    from loadtests import bench_region
+
+    return int(bench_region.main(list(argv)) or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _region_only(argv):
+        return run_region_bench(argv)
     args = parse_args(argv)
+    region = [w for w in args.only if w in REGION_WORKLOADS]
+    args.only = [w for w in args.only if w not in REGION_WORKLOADS]
+    if not args.only:
+        return run_region_bench(["--only", ",".join(region)])
     bench = Bench(args)
     try:
         bench.start()
@@ -227,9 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.summarize()
     finally:
         bench.close()
+    code = 0
+    if region:  # with other workloads: the shared options only (alone, every region option)
+        code = run_region_bench(["--only", ",".join(region), "--runs", str(args.runs),
+                                 "--records", str(args.records), "--size-bytes", str(args.size_bytes),
+                                 "--seed", str(args.seed)])
     if "P8" in args.only:
-        return run_storage_bench(args.storage_argv)
-    return 0
+        return run_storage_bench(args.storage_argv) or code
+    return code
 
 
 if __name__ == "__main__":

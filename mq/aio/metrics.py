@@ -1,12 +1,30 @@
 """Prometheus metrics of one broker, served at ``/metrics``.
 
 Request latencies are observed per request (one histogram per API). Per-topic record
-and byte counters and per-partition log sizes are read from the node at scrape time
+and byte counters and the per-partition gauges are read from the node at scrape time
 by a custom collector, so the produce and fetch paths only bump plain ints.
+
+Per-partition gauges, labelled ``topic`` and ``partition``, for every partition this
+broker hosts (Kafka's JMX names in brackets):
+
+- ``mq_log_end_offset``, ``mq_log_start_offset``, ``mq_log_size_bytes`` (``Log``
+  ``LogEndOffset``, ``LogStartOffset``, ``Size``) and ``mq_high_watermark`` — on every
+  replica: a follower's high watermark is the one the leader last told it.
+- ``mq_partition_is_leader`` (1 on the leader), ``mq_partition_leader_epoch``,
+  ``mq_partition_replicas`` (``ReplicasCount``) and ``mq_partition_isr_size``
+  (``InSyncReplicasCount``): the leader's committed state, the metadata image's elsewhere.
+- ``mq_partition_under_replicated`` and ``mq_partition_under_min_isr``
+  (``UnderReplicated``, ``UnderMinIsr``): reported by the leader only (0 elsewhere), so
+  a sum over the region counts each partition once, as in Kafka.
+- ``mq_replica_lag_offsets`` and ``mq_replica_last_caught_up_age_ms``, with a third
+  label ``replica``: each follower as the leader sees it (leader log end minus the
+  follower's last fetch offset; time since it was last caught up). On the leader
+  only, so the label set stays at (replication factor - 1) per partition.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -18,6 +36,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from mq.aio.server import BrokerServer
     from mq.broker.node import BrokerNode
+    from mq.broker.partition import Partition
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -27,6 +46,11 @@ class _NodeCollector(Collector):
     def __init__(self, node: BrokerNode, server: BrokerServer | None) -> None:
         self.node = node
         self.server = server
+
+    def _now_ms(self) -> int:
+        if self.server is not None:
+            return int(self.server.clock.wall_ms())
+        return time.time_ns() // 1_000_000
 
     def collect(self) -> Iterator:
         families = {
@@ -41,18 +65,7 @@ class _NodeCollector(Collector):
             for name, family in families.items():
                 family.add_metric([topic], getattr(stats, name))
         yield from families.values()
-        size = GaugeMetricFamily("mq_log_size_bytes", "Bytes on disk, per partition", labels=["topic", "partition"])
-        end = GaugeMetricFamily("mq_log_end_offset", "Log end offset, per partition", labels=["topic", "partition"])
-        start = GaugeMetricFamily("mq_log_start_offset", "Log start offset, per partition", labels=["topic", "partition"])
-        hw = GaugeMetricFamily("mq_high_watermark", "High watermark, per partition", labels=["topic", "partition"])
-        for tp in sorted(self.node.partitions):
-            p = self.node.partitions[tp]
-            labels = [tp.topic, str(tp.partition)]
-            size.add_metric(labels, p.log.size_bytes)
-            end.add_metric(labels, p.log.log_end_offset)
-            start.add_metric(labels, p.log.log_start_offset)
-            hw.add_metric(labels, p.high_watermark)
-        yield from (size, end, start, hw)
+        yield from _partition_families(self.node, self._now_ms())
         conns = GaugeMetricFamily("mq_connections", "Open client connections")
         conns.add_metric([], len(self.server.connections) if self.server else 0)
         yield conns
@@ -63,6 +76,68 @@ class _NodeCollector(Collector):
         in_flight = GaugeMetricFamily("mq_peer_requests_in_flight", "Requests to other nodes awaiting an answer")
         in_flight.add_metric([], peers.in_flight() if peers is not None else 0)
         yield in_flight
+
+
+_PARTITION = ["topic", "partition"]
+_GAUGES = (  # (attribute in _partition_values, metric name, help)
+    ("size", "mq_log_size_bytes", "Bytes on disk, per partition"),
+    ("end", "mq_log_end_offset", "Log end offset, per partition"),
+    ("start", "mq_log_start_offset", "Log start offset, per partition"),
+    ("hw", "mq_high_watermark", "High watermark, per partition (a follower's: the last the leader sent)"),
+    ("is_leader", "mq_partition_is_leader", "1 if this broker leads the partition"),
+    ("leader_epoch", "mq_partition_leader_epoch", "Leader epoch this broker knows for the partition"),
+    ("replicas", "mq_partition_replicas", "Replicas assigned to the partition"),
+    ("isr", "mq_partition_isr_size", "In-sync replicas (the leader's committed ISR; elsewhere the metadata's)"),
+    ("under_replicated", "mq_partition_under_replicated", "1 on the leader when the ISR is smaller than the replica set"),
+    ("under_min_isr", "mq_partition_under_min_isr", "1 on the leader when the ISR is below min.insync.replicas"),
+)
+
+
+def _partition_values(node: BrokerNode, partition: Partition) -> dict[str, int]:
+    log = partition.log
+    values = {"size": log.size_bytes, "end": log.log_end_offset, "start": log.log_start_offset,
+              "hw": partition.high_watermark, "is_leader": 0, "leader_epoch": partition.leader_epoch,
+              "replicas": 0, "isr": 0, "under_replicated": 0, "under_min_isr": 0}
+    leader = partition.leader
+    if leader is not None:
+        values.update(is_leader=1, leader_epoch=leader.leader_epoch, replicas=len(leader.replicas),
+                      isr=len(leader.isr), under_replicated=int(leader.is_under_replicated),
+                      under_min_isr=int(leader.is_under_min_isr))
+    else:
+        image = node.image.partition(partition.tp)
+        if image is not None:
+            values.update(replicas=len(image.replicas), isr=len(image.isr))
+    return values
+
+
+def _partition_families(node: BrokerNode, now_ms: int) -> Iterator:
+    families = {key: GaugeMetricFamily(name, text, labels=_PARTITION) for key, name, text in _GAUGES}
+    lag = GaugeMetricFamily("mq_replica_lag_offsets",
+                            "Leader log end minus a follower's last fetch offset (on the leader; -1: not fetched "
+                            "in this leader epoch yet)", labels=[*_PARTITION, "replica"])
+    caught_up = GaugeMetricFamily("mq_replica_last_caught_up_age_ms",
+                                  "Milliseconds since a follower was last caught up with the leader (on the leader; -1: never)",
+                                  labels=[*_PARTITION, "replica"])
+    for tp in sorted(node.partitions):
+        partition = node.partitions[tp]
+        labels = [tp.topic, str(tp.partition)]
+        for key, value in _partition_values(node, partition).items():
+            families[key].add_metric(labels, value)
+        leader = partition.leader
+        if leader is None:
+            continue
+        end = partition.log.log_end_offset
+        for replica_id in leader.replicas:
+            if replica_id == leader.local_id:
+                continue
+            follower = leader.follower(replica_id)
+            replica_labels = [*labels, str(replica_id)]
+            lag.add_metric(replica_labels, end - follower.log_end_offset if follower.log_end_offset >= 0 else -1)
+            never = follower.last_caught_up_ms <= 0
+            caught_up.add_metric(replica_labels, -1 if never else max(0, now_ms - follower.last_caught_up_ms))
+    yield from families.values()
+    yield lag
+    yield caught_up
 
 
 class BrokerMetrics:

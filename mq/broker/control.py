@@ -129,7 +129,7 @@ class ControlPlane:
         self._was_leader = False
         self._awaiting: list[_AwaitCommit] = []
         self._ops: dict[int, Request] = {}  # client op id -> request, while unanswered
-        self._forwards: dict[int, int] = {}  # outbound tag -> client op id
+        self._forwards: dict[int, tuple[int, int]] = {}  # outbound tag -> (client op id, controller)
         self._lifecycle_tag: int | None = None
         self._lifecycle_destination: int | None = None
         self._loopback: list[tuple[Reply, Response]] = []
@@ -253,7 +253,7 @@ class ControlPlane:
             self._serve(request, now_ms, reply)
         elif isinstance(request, FORWARDED) and self.controller_id not in (None, self.node_id):
             tag = self._new_op_id()
-            self._forwards[tag] = op_id
+            self._forwards[tag] = (op_id, self.controller_id)  # type: ignore[assignment]
             self._outbound.append(Outbound(self.controller_id, request, tag))  # type: ignore[arg-type]
         else:
             reply(error_response(request, ErrorCode.NOT_CONTROLLER, self._not_controller_message()))
@@ -272,7 +272,7 @@ class ControlPlane:
             self._lifecycle_tag = None
             self.lifecycle.on_response(response, now_ms=now_ms)
         elif tag in self._forwards:
-            op_id = self._forwards.pop(tag)
+            op_id, _ = self._forwards.pop(tag)
             request = self._ops.get(op_id)
             if request is not None:
                 if response is None:
@@ -444,6 +444,8 @@ class ControlPlane:
             # answer to the old tag is ignored.
             self._lifecycle_tag = None
             self.lifecycle.in_flight = False
+        for tag in [t for t, (_, dest) in self._forwards.items() if dest != controller]:
+            self.on_response(tag, None, now_ms=now_ms)  # the old controller may never answer
         if self._lifecycle_tag is None and controller is not None:
             request = self.lifecycle.next_request(now_ms=now_ms, metadata_offset=self.image.offset)
             if request is not None:

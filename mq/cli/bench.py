@@ -1,7 +1,11 @@
 """``mq bench ...``: the benchmarks of ``loadtests/bench.py``, with peers side by side.
 
 Every argument after ``bench`` is handed to ``loadtests.bench.main(argv)`` untouched
-(``mq bench --help`` shows the benchmark's own options).
+(``mq bench --help`` shows the benchmark's own options). The region workloads — P3
+(RF=3 acks=all throughput), P4 (end-to-end latency at 10,000 rec/s) and ``failover``
+(leader SIGKILL to the first acks=all ack) — start three brokers of their own:
+``mq bench --only P3,P4,failover`` hands every argument to ``loadtests.bench_region``
+(``mq bench --only P3 --help`` lists its options).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from mq.cli.common import CliError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bench", help="run the throughput and latency benchmarks (loadtests.bench)", add_help=False,
+        "bench", help="run the throughput and latency benchmarks (loadtests.bench; P3/P4/failover: "
+        "a three-broker region)", add_help=False,
         description="Run loadtests.bench with the remaining arguments; `mq bench --help` lists them.",
     )
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",

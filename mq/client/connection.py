@@ -20,11 +20,18 @@ from mq.core.errors import ErrorCode, MqError
 from mq.protocol.codec import decode_response, encode_request, peek_correlation_id
 from mq.protocol.errors import ProtocolError
 from mq.protocol.frame import FrameDecoder
-from mq.protocol.messages import ErrorResponse, Request, Response
+from mq.protocol.messages import ApiVersionsRequest, ErrorResponse, Request, Response
 
 log = logging.getLogger("mq.client")
 
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+HANDSHAKE_SOFTWARE = "mq-python"
+
+
+def _discard(fut: asyncio.Future) -> None:
+    """The handshake's answer is not needed; a failure shows on the next request."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -60,6 +67,10 @@ class BrokerConnection(asyncio.Protocol):
         except (TimeoutError, OSError) as exc:
             raise MqError(ErrorCode.NETWORK_EXCEPTION,
                           f"cannot connect to {host}:{port}: {exc or type(exc).__name__}") from None
+        # Kafka's handshake: a small ApiVersions goes first on every connection, so the broker
+        # lifts its pre-authentication frame limit (512 KiB) before a large produce request
+        # arrives on it. Pipelined, not awaited: it costs no round trip.
+        conn.send(ApiVersionsRequest(client_software=HANDSHAKE_SOFTWARE)).add_done_callback(_discard)
         return conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -90,3 +90,94 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}"
     return str(value)
+
+
+_EVENT_COLORS = {"kill": "tab:red", "power_loss": "darkred", "pause": "tab:purple",
+                 "resume": "tab:green", "restart": "tab:olive", "election": "black", "isr": "tab:gray",
+                 "fenced": "tab:orange", "unfenced": "tab:cyan"}
+
+
+def mark_events(ax: Any, events: Sequence[Mapping[str, Any]], *, kinds: Sequence[str] | None = None,
+                labels: bool = True) -> None:
+    """Vertical lines at each event (colour by ``kind``), labelled along the top."""
+    for n, event in enumerate(sorted(events, key=lambda e: e["t_s"])):
+        if kinds is not None and event["kind"] not in kinds:
+            continue
+        color = _EVENT_COLORS.get(event["kind"], "tab:brown")
+        ax.axvline(event["t_s"], color=color, linestyle=":" if event["kind"] in ("isr", "fenced", "unfenced") else "--",
+                   linewidth=1, alpha=0.8)
+        if labels:
+            ax.annotate(event["label"], (event["t_s"], 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, -4 - 9 * (n % 3)), textcoords="offset points", fontsize=7,
+                        color=color, va="top")
+
+
+def plot_replicas(timeline: Any, *, axes: Sequence[Any] | None = None, title: str | None = None,
+                  kinds: Sequence[str] | None = None) -> Sequence[Any]:
+    """Two panels over time for one partition: each replica's log end offset (solid)
+    and high watermark (dashed); below, a lane per replica, thick where it was in the
+    ISR and starred where it led. Events (kill, pause, election...) as vertical lines."""
+    if axes is None:
+        _, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    top, lanes = axes
+    brokers = timeline.brokers()
+    colors = {b: f"C{i}" for i, b in enumerate(brokers)}
+    for b in brokers:
+        t, leo = timeline.series(b, "log_end_offset")
+        top.plot(t, leo, color=colors[b], linewidth=1.4, label=f"broker {b} log end")
+        t, hw = timeline.series(b, "high_watermark")
+        top.plot(t, hw, color=colors[b], linewidth=1, linestyle="--", label=f"broker {b} HW")
+    top.set_ylabel("offset")
+    top.set_title(title or f"{timeline.topic}-{timeline.partition}: replicas over time")
+    top.grid(alpha=0.3)
+    top.legend(fontsize=7, ncol=3, loc="lower right")
+    mark_events(top, timeline.events, kinds=kinds)
+    for lane, b in enumerate(brokers):
+        rows = [r for r in timeline.rows if r["broker"] == b]
+        t_isr = [r["t_s"] for r in rows if r["in_isr"]]
+        t_out = [r["t_s"] for r in rows if not r["in_isr"]]
+        t_lead = [r["t_s"] for r in rows if r["is_leader"]]
+        t_gone = [r["t_s"] for r in rows if r["state"] != "up"]
+        lanes.scatter(t_isr, [lane] * len(t_isr), marker="s", s=18, color=colors[b])
+        lanes.scatter(t_out, [lane] * len(t_out), marker="s", s=18, facecolors="none", edgecolors=colors[b])
+        lanes.scatter(t_lead, [lane + 0.3] * len(t_lead), marker="*", s=20, color="black")
+        lanes.scatter(t_gone, [lane - 0.3] * len(t_gone), marker="x", s=12, color="tab:red")
+    lanes.set_yticks(range(len(brokers)), [f"broker {b}" for b in brokers], fontsize=8)
+    lanes.set_ylim(-0.7, len(brokers) - 0.3)
+    lanes.set_xlabel("time (s)   ■ in ISR   □ out of ISR   ★ leader   × down/paused")
+    mark_events(lanes, timeline.events, kinds=kinds, labels=False)
+    return axes
+
+
+def plot_acks(runs: Mapping[str, Any], *, ax: Any = None, events: Sequence[Mapping[str, Any]] = (),
+              title: str = "acknowledged records") -> Any:
+    """Cumulative acknowledged records over time, one line per ``ProduceLoad``; a flat
+    stretch is the producer waiting (retrying) for a leader."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    for label, load in runs.items():
+        points = load.ack_times()
+        ax.step([t for t, _ in points], [n for _, n in points], where="post", label=label)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("records acknowledged")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        ax.legend(fontsize=8)
+    mark_events(ax, events)
+    return ax
+
+
+def plot_loss(results: Sequence[Mapping[str, Any]], *, ax: Any = None, title: str = "acknowledged, then lost") -> Any:
+    """Bars of lost acknowledged records per run (``{"run", "acked", "lost"}`` rows),
+    labelled "lost of acked"."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.2))
+    names = [r["run"] for r in results]
+    lost = [r["lost"] for r in results]
+    bars = ax.bar(names, lost, color=["tab:red" if n else "tab:green" for n in lost])
+    ax.bar_label(bars, labels=[f"{r['lost']:,} of {r['acked']:,}" for r in results], fontsize=8)
+    ax.set_ylabel("acknowledged records lost")
+    ax.set_title(title)
+    ax.set_ylim(0, max([1, *lost]) * 1.25)
+    return ax

@@ -93,19 +93,34 @@ class ChildProcess:
         self.env = env
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
+        self.log_offset = 0  # where the log stood at the last spawn
 
     def start(self, *, ready_timeout_s: float = 30.0,
               ready: Callable[[], bool] | None = None) -> ChildProcess:
         """Spawn and wait until ``ready()`` (default: the port accepts connections); on
         early exit or timeout raise ``RuntimeError`` carrying the tail of the log."""
-        is_ready = ready or (lambda: port_open(self.host, self.port))
+        self.spawn()
+        return self.wait_ready(ready_timeout_s=ready_timeout_s, ready=ready)
+
+    def spawn(self) -> ChildProcess:
+        """Start the process without waiting (several brokers of a region must all run
+        before any of them can be ready: they need a quorum)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            self.log_offset = log.tell()
             self.process = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, cwd=self.cwd,
                 preexec_fn=_die_with_parent if _PRCTL else None,  # noqa: PLW1509 - see there
             )
+        return self
+
+    def wait_ready(self, *, ready_timeout_s: float = 30.0,
+                   ready: Callable[[], bool] | None = None) -> ChildProcess:
+        """Poll ``ready()`` until it holds; ``RuntimeError`` with the log's tail if the
+        process exits first or the deadline passes (the process is killed then)."""
+        assert self.process is not None, "spawn() first"
+        is_ready = ready or (lambda: port_open(self.host, self.port))
         deadline = time.monotonic() + ready_timeout_s
         while not is_ready():
             if self.process.poll() is not None:
@@ -122,6 +137,15 @@ class ChildProcess:
             time.sleep(0.02)
         return self
 
+    def log_since_spawn(self) -> str:
+        """What the process logged since the last ``spawn`` (its ready line, say)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
@@ -130,13 +154,23 @@ class ChildProcess:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, *, timeout_s: float = 10.0) -> int | None:
+    def stop(self, *, timeout_s: float = 10.0, signal_sent: bool = False,
+             hurry_after_s: float | None = None) -> int | None:
         """SIGTERM (graceful: the broker flushes and checkpoints), SIGKILL if it is still
-        running after ``timeout_s``. Returns the exit code."""
+        running after ``timeout_s``. Returns the exit code. ``signal_sent``: SIGTERM went
+        out already, only wait. ``hurry_after_s``: send a second SIGTERM then (a broker
+        cuts its controlled shutdown short, still closing its logs cleanly)."""
         if self.process is None:
             return None
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            if not signal_sent:
+                self.process.send_signal(signal.SIGTERM)
+            if hurry_after_s is not None and hurry_after_s < timeout_s:
+                try:
+                    self.process.wait(timeout=hurry_after_s)
+                except subprocess.TimeoutExpired:
+                    self.process.send_signal(signal.SIGTERM)
+                    timeout_s -= hurry_after_s
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
