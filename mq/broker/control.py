@@ -16,6 +16,10 @@ the same with its snapshot registry). A controller that loses leadership goes ba
 to the committed image and fails what waited for a commit with ``NOT_CONTROLLER``
 (the records may still commit; clients retry, as with Kafka).
 
+Failpoints (scope ``node-<id>``): ``raft.before_persist`` (a vote or entries about
+to be made durable), ``raft.before_send`` (persisted, not yet sent) and
+``raft.before_apply`` (committed, not yet applied).
+
 The broker publishes nothing until the controller says it has caught up with the
 metadata log: a restarted broker replaying an old image must not act as the leader
 it used to be.
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from mq.broker.lifecycle import BrokerLifecycle
 from mq.broker.outbound import Outbound, Pending
 from mq.broker.quorum_state import read_quorum_state, write_quorum_state
+from mq.core import failpoints
 from mq.core.config import BrokerConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
@@ -124,6 +129,7 @@ class ControlPlane:
         self._new_op_id = new_op_id
         self._clock = _LastSeenClock()
         self._directory = posixpath.join(config.log_dirs, f"{METADATA_TOPIC}-0")
+        self._failpoint_scope = f"node-{self.node_id}"
         self._log: StorageReplicatedLog | None = None
         self._raft_deadline_ms = 0
         self._was_leader = False
@@ -313,7 +319,7 @@ class ControlPlane:
             result = c.register_broker(request, next_offset=self.raft.log.end_offset, now_ms=now_ms)
         elif isinstance(request, BrokerHeartbeatRequest):
             result = c.broker_heartbeat(request, now_ms=now_ms)
-            _dbg(now_ms, "hb served", request.broker_id, request.broker_epoch, result.response.error_code, [type(r).__name__ for r in result.records], c.sessions._sessions.get(request.broker_id), c.active)
+            _dbg(now_ms, "hb served", request.broker_id, request.broker_epoch, request.current_metadata_offset, result.response.error_code, [type(r).__name__ for r in result.records], c.sessions._sessions.get(request.broker_id), c.active)
         elif isinstance(request, AlterPartitionRequest):
             result = c.alter_partition(request, now_ms=now_ms)
         else:
@@ -371,16 +377,20 @@ class ControlPlane:
         """Persist, then send, then apply (the order RaftNode's contract requires)."""
         assert self._log is not None and self.raft is not None
         if ready.persist is not None:
+            failpoints.hit("raft.before_persist", self._failpoint_scope)
             if ready.persist.election_state is not None:
                 write_quorum_state(self.fileio, self._directory, ready.persist.election_state)
             if ready.persist.appended or ready.persist.truncated_to is not None:
                 self._log.flush()
+        if ready.messages:
+            failpoints.hit("raft.before_send", self._failpoint_scope)
         for message in ready.messages:
             self._outbound.append(Outbound(message.destination_id, RaftRequest(encode_raft_message(message)),
                                            0, one_way=True))
         if ready.snapshot is not None:  # this build never takes metadata snapshots
             raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, "metadata snapshots are not supported by this build")
         if ready.committed:
+            failpoints.hit("raft.before_apply", self._failpoint_scope)
             self._apply_committed(ready.committed)
         self._raft_deadline_ms = ready.deadline_ms
         self._check_leadership(now_ms)
@@ -452,7 +462,7 @@ class ControlPlane:
                 tag = self._new_op_id()
                 self._lifecycle_tag = tag
                 self._lifecycle_destination = controller
-                _dbg(now_ms, "lifecycle send", controller, type(request).__name__)
+                _dbg(now_ms, "lifecycle send", controller, type(request).__name__, "img", self.image.offset, "raft", self.raft.role, self.raft.epoch, self.raft.leader_id, self.raft.log.end_offset, self.raft.high_watermark, self.raft._applied)
                 if controller == self.node_id:
                     self._serve(request, now_ms, lambda r, t=tag: self._loopback.append((self._local(t), r)))
                 else:

@@ -118,3 +118,19 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_may_exit() -> No
     for p in range(3):
         state = image.partition(TopicPartition("t", p))
         assert state.leader != leaving and leaving not in state.isr
+
+
+def test_a_voter_that_dies_before_persisting_its_vote_rejoins_and_one_controller_is_elected() -> None:
+    """raft.before_persist fires before a vote or entries are durable: the voter that
+    dies there restarts from its disk (without them) and the quorum still converges."""
+    import pytest
+
+    from mq.core.failpoints import FailpointPanic, Failpoints, installed
+    cluster = ControlCluster(seed=5)
+    with installed(Failpoints.parse("raft.before_persist@node-2=1*panic")):
+        with pytest.raises(FailpointPanic):
+            cluster.run(5_000)
+    cluster.crash(2)
+    cluster.start(2)
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    assert _create(cluster, 2, "after-panic", 1, 3).topics[0].error_code == ErrorCode.NONE
