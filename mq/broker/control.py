@@ -72,10 +72,6 @@ from mq.raft import LogEntry, RaftConfig, RaftNode, Ready
 from mq.storage.fileio import FileIO
 
 Reply = Callable[[Response], None]
-import os as _os, sys as _sys
-def _dbg(*a):
-    if _os.environ.get("MQ_DEBUG_CTL"):
-        print("CTLDBG", *a, file=_sys.stderr, flush=True)
 
 CONTROLLER_REQUEST_TIMEOUT_MS = 30_000
 """How long a client's admin request waits for its records to commit."""
@@ -196,6 +192,10 @@ class ControlPlane:
         self.lifecycle.begin_shutdown(now_ms)
         self._after(now_ms)
 
+    def _check_shutdown(self) -> None:
+        if self.lifecycle.want_shutdown and self.controller_id is None:
+            self.lifecycle.give_up_shutdown()  # no quorum: nobody to hand leadership to
+
     def set_advertised(self, host: str, port: int) -> None:
         """The shell bound the listener (``:0`` picks a port): register with the real one."""
         if not self.config.quorum_voters:
@@ -234,7 +234,6 @@ class ControlPlane:
         if self.is_active_controller:
             records = self.controller.tick(now_ms)
             if records:
-                _dbg(now_ms, "tick", records[:4], self.controller.sessions._sessions)
                 self._propose(records, now_ms)
         self._after(now_ms)
         deadlines = [self._raft_deadline_ms, now_ms + 1000]
@@ -274,7 +273,6 @@ class ControlPlane:
         """An answer to one of our outbound requests; False if the tag is not ours."""
         self._clock.now_ms = now_ms
         if tag == self._lifecycle_tag:
-            _dbg(now_ms, "lifecycle resp", type(response).__name__, getattr(response, "error_code", None))
             self._lifecycle_tag = None
             self.lifecycle.on_response(response, now_ms=now_ms)
         elif tag in self._forwards:
@@ -319,7 +317,6 @@ class ControlPlane:
             result = c.register_broker(request, next_offset=self.raft.log.end_offset, now_ms=now_ms)
         elif isinstance(request, BrokerHeartbeatRequest):
             result = c.broker_heartbeat(request, now_ms=now_ms)
-            _dbg(now_ms, "hb served", request.broker_id, request.broker_epoch, request.current_metadata_offset, result.response.error_code, [type(r).__name__ for r in result.records], c.sessions._sessions.get(request.broker_id), c.active)
         elif isinstance(request, AlterPartitionRequest):
             result = c.alter_partition(request, now_ms=now_ms)
         else:
@@ -428,9 +425,7 @@ class ControlPlane:
                 speculative = speculative.apply(records, last_offset=entry.offset)
             self.controller.reset(speculative)
             self.controller.activate(now_ms)
-            _dbg(now_ms, "activate", self.raft.epoch, self.controller.sessions._sessions)
             return
-        _dbg(now_ms, "deactivate", self.raft.epoch)
         self.controller.reset(self.image)
         awaiting, self._awaiting = self._awaiting, []
         for waiting in awaiting:
@@ -448,6 +443,7 @@ class ControlPlane:
     def _after(self, now_ms: int) -> None:
         """Send the lifecycle's next request, run local controller calls to completion."""
         controller = self.controller_id
+        self._check_shutdown()
         if self._lifecycle_tag is not None and controller != self._lifecycle_destination:
             # The controller moved: the old one may never answer (it may be dead or cut
             # off), and our session runs on the new one. Send again there now; a late
@@ -462,7 +458,6 @@ class ControlPlane:
                 tag = self._new_op_id()
                 self._lifecycle_tag = tag
                 self._lifecycle_destination = controller
-                _dbg(now_ms, "lifecycle send", controller, type(request).__name__, "img", self.image.offset, "raft", self.raft.role, self.raft.epoch, self.raft.leader_id, self.raft.log.end_offset, self.raft.high_watermark, self.raft._applied)
                 if controller == self.node_id:
                     self._serve(request, now_ms, lambda r, t=tag: self._loopback.append((self._local(t), r)))
                 else:

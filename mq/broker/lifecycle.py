@@ -26,6 +26,8 @@ from mq.protocol.messages import Request, Response
 FENCED_HEARTBEAT_MS = 50
 """Heartbeat interval while fenced: catching up should not wait a whole interval."""
 RETRY_BACKOFF_MS = 100
+SHUTDOWN_ATTEMPTS = 3
+"""Controlled-shutdown heartbeats that may fail in a row before the broker exits anyway."""
 
 
 class BrokerLifecycle:
@@ -42,6 +44,7 @@ class BrokerLifecycle:
         self.shutdown_complete = False
         self.in_flight = False
         self.next_send_ms = 0
+        self.failed_shutdown_heartbeats = 0
 
     @property
     def is_ready(self) -> bool:
@@ -87,3 +90,12 @@ class BrokerLifecycle:
                 self.is_fenced = True
         # No answer, NOT_CONTROLLER, a quorum in the middle of an election: try again soon.
         self.next_send_ms = now_ms + RETRY_BACKOFF_MS
+        if self.want_shutdown:
+            self.failed_shutdown_heartbeats += 1
+            if self.failed_shutdown_heartbeats >= SHUTDOWN_ATTEMPTS:
+                self.give_up_shutdown()
+
+    def give_up_shutdown(self) -> None:
+        """Nobody can move leadership for us (the controller is gone or the quorum is
+        lost, e.g. the whole region is stopping): exit without waiting."""
+        self.shutdown_complete = True
