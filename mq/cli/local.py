@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from mq.cli import broker_ctl
 from mq.cli.common import EXIT_USAGE, CliError, host_port, key_value, print_error
@@ -80,6 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Exits 1 when no broker runs.")
     _add_data_dir(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--watch", type=float, metavar="SECONDS", default=None,
+                   help="redraw every SECONDS until Ctrl-C (watch ISRs shrink and leaders move)")
     p.set_defaults(func=run_status)
 
 
@@ -240,6 +243,25 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.watch is None or args.json:
+        return _status_once(args)
+    if args.watch <= 0:
+        raise CliError(f"--watch {args.watch:g} is not a positive number of seconds", "try --watch 1")
+    out = console()
+    try:
+        while True:
+            out.clear()
+            out.print(f"[dim]{time.strftime('%H:%M:%S')} — every {args.watch:g} s, Ctrl-C to stop[/]")
+            try:
+                _status_once(args)
+            except CliError as err:  # the region may be down for a moment: keep watching
+                out.print(f"[red]{err}[/]")
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_once(args: argparse.Namespace) -> int:
     from mq.deploy import Launcher
     from mq.deploy.cluster_view import describe
 
