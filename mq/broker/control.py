@@ -40,6 +40,7 @@ from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.metadata.controller import ControllerResult, QuorumController
 from mq.metadata.image import MetadataImage
+from mq.metadata.log import is_pre_quorum_log
 from mq.metadata.raft_log import StorageReplicatedLog
 from mq.metadata.raft_wire import decode_raft_message, encode_raft_message
 from mq.metadata.records import METADATA_TOPIC, MetadataRecord, decode_records, encode_records
@@ -145,6 +146,12 @@ class ControlPlane:
         self._clock.now_ms = now_ms
         self.fileio.makedirs(self._directory)
         self._log = StorageReplicatedLog.open(self.fileio, self._directory, clock=self._clock)
+        if is_pre_quorum_log(self._log.log):
+            self._log.close()
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR,
+                          f"{self._directory} holds a metadata log from an mq build before the Raft quorum; "
+                          f"this build cannot read it: move {self.config.log_dirs} aside and start again "
+                          "(topics are recreated empty)")
         state = read_quorum_state(self.fileio, self._directory)
         fetch_timeout = self.config.controller_quorum_fetch_timeout_ms
         # A parked fetch must come back well before the follower gives up on the leader.

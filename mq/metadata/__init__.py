@@ -2,7 +2,6 @@
 
 from mq.metadata.controller import ControllerResult, QuorumController, validate_topic_name
 from mq.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
-from mq.metadata.log import MetadataLog
 from mq.metadata.records import (
     NO_LEADER,
     ConfigRecord,
@@ -19,7 +18,7 @@ from mq.metadata.records import (
 
 __all__ = [
     "NO_LEADER", "BrokerImage", "ConfigRecord", "ControllerResult", "FenceBrokerRecord", "MetadataImage",
-    "MetadataLog", "PartitionChangeRecord", "PartitionImage", "PartitionRecord", "QuorumController",
+    "PartitionChangeRecord", "PartitionImage", "PartitionRecord", "QuorumController",
     "RegisterBrokerRecord", "RemoveTopicRecord", "TopicImage", "TopicRecord", "UnfenceBrokerRecord",
     "decode_records", "encode_records", "validate_topic_name",
 ]

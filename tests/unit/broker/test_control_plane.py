@@ -134,3 +134,25 @@ def test_a_voter_that_dies_before_persisting_its_vote_rejoins_and_one_controller
     cluster.start(2)
     cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
     assert _create(cluster, 2, "after-panic", 1, 3).topics[0].error_code == ErrorCode.NONE
+
+
+def test_a_metadata_log_from_before_the_quorum_is_refused_with_a_way_out() -> None:
+    import pytest
+
+    from mq.broker.control import ControlPlane
+    from mq.core.config import BrokerConfig
+    from mq.core.errors import MqError
+    from mq.core.rng import Rng
+    from mq.metadata.log import METADATA_LOG_CONFIG
+    from mq.metadata.records import TopicRecord, encode_batch
+    from mq.storage.fileio import MemoryFileIO
+    from mq.storage.log import Log
+
+    fileio = MemoryFileIO()
+    old = Log.open(fileio, "/data/__cluster_metadata-0", METADATA_LOG_CONFIG, now_ms=0)
+    old.append_as_leader(encode_batch([TopicRecord("orders", "id")], now_ms=0), leader_epoch=0, now_ms=0)
+    old.close()
+    plane = ControlPlane(BrokerConfig(node_id=1, log_dirs="/data"), fileio, rng=Rng(1),
+                         advertised_host="h", advertised_port=1, new_op_id=iter(range(1, 99)).__next__)
+    with pytest.raises(MqError, match="before the Raft quorum.*move /data aside"):
+        plane.start(now_ms=0)
