@@ -50,7 +50,7 @@ def test_table_formats_rows() -> None:
 def test_broker_handle_survives_kill_and_restart(tmp_path) -> None:
     data_dir = tmp_path / "broker"
     with Cluster.start(data_dir=data_dir) as cluster:
-        broker = cluster.broker
+        broker = cluster.broker()
         assert broker.running and broker.rss_mb() > 0
         admin = cluster.admin()
         admin.create_topic("lab", partitions=1, configs={"segment.bytes": "4096"})
@@ -79,7 +79,7 @@ def test_broker_handle_survives_kill_and_restart(tmp_path) -> None:
 
 def test_temporary_data_is_removed_on_close() -> None:
     cluster = Cluster.start()
-    data_dir = cluster.broker.data_dir
+    data_dir = cluster.broker().data_dir
     assert data_dir.is_dir()
     cluster.close()
     assert not data_dir.exists()
