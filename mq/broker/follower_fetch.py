@@ -31,6 +31,11 @@ from mq.replication import (
 )
 
 
+METADATA_LAG_RETRY_MS = 50
+LEADER_METADATA_BEHIND = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN_LEADER_EPOCH)
+"""Answers from a leader that has not applied the metadata naming it leader yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class _InFlight:
     leader_id: int
@@ -42,7 +47,12 @@ class FetcherManager:
         self.config = config
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._in_flight: dict[int, _InFlight] = {}  # tag -> fetch
-        self._busy: dict[int, int] = {}  # leader id -> tag of its fetch in flight
+        # Partitions in a fetch in flight: each is in at most one, so answers apply in
+        # order; a partition added while a long-poll is parked goes in a fetch of its own
+        # instead of waiting up to replica.fetch.wait.max.ms for the parked one.
+        # (leader, partition) -> tag: a fetch to a former leader does not hold up the
+        # first fetch from the new one (its late answer is dropped by epoch).
+        self._fetching: dict[tuple[int, TopicPartition], int] = {}
         self.truncations: list[tuple[TopicPartition, FetchOutcome]] = []
 
     # ---- membership (driven by the metadata image)
@@ -101,15 +111,23 @@ class FetcherManager:
     def take_requests(self, now_ms: int, *, broker_epoch: int, new_tag: Callable[[], int]) -> list[Outbound]:
         out = []
         for leader_id in sorted(self.fetchers):
-            if leader_id in self._busy:
-                continue
             request = self.fetchers[leader_id].build_fetch_request(now_ms)
             if request is None:
                 continue
-            request = replace(request, replica_epoch=broker_epoch)
+            topics = []
+            for topic in request.topics:
+                idle = [p for p in topic.partitions
+                        if (leader_id, TopicPartition(topic.name, p.partition)) not in self._fetching]
+                if idle:
+                    topics.append(replace(topic, partitions=idle))
+            if not topics:
+                continue
+            request = replace(request, topics=topics, replica_epoch=broker_epoch)
             tag = new_tag()
             self._in_flight[tag] = _InFlight(leader_id, request)
-            self._busy[leader_id] = tag
+            for topic in topics:
+                for part in topic.partitions:
+                    self._fetching[(leader_id, TopicPartition(topic.name, part.partition))] = tag
             out.append(Outbound(leader_id, request, tag))
         return out
 
@@ -123,8 +141,11 @@ class FetcherManager:
         sent = self._in_flight.pop(tag, None)
         if sent is None:
             return {}
-        if self._busy.get(sent.leader_id) == tag:
-            del self._busy[sent.leader_id]
+        for topic in sent.request.topics:
+            for part in topic.partitions:
+                key = (sent.leader_id, TopicPartition(topic.name, part.partition))
+                if self._fetching.get(key) == tag:
+                    del self._fetching[key]
         fetcher = self.fetchers.get(sent.leader_id)
         if fetcher is None:
             return {}
@@ -143,10 +164,15 @@ class FetcherManager:
                 continue
             if outcome.truncated_to is not None:
                 self.truncations.append((tp, outcome))
-            if follower.status == FetchStatus.AWAITING_METADATA:
-                # The leader's metadata may lag ours (it does not know yet that it
-                # leads, or the partition): retry after the backoff instead of
-                # waiting for a metadata change that may never come.
+            if answers[tp].error in LEADER_METADATA_BEHIND:
+                # The leader has not applied the metadata we have (a new topic, or the
+                # election that made it leader): it will within milliseconds, so try
+                # again soon rather than after the whole replica.fetch.backoff.ms.
+                follower.status = FetchStatus.DELAYED
+                follower.delayed_until_ms = now_ms + min(METADATA_LAG_RETRY_MS, follower.fetch_backoff_ms)
+            elif follower.status == FetchStatus.AWAITING_METADATA:
+                # Fenced: our metadata is behind; a newer image restarts the fetch, and
+                # the backoff covers a leader that moved on without telling us.
                 follower.status = FetchStatus.DELAYED
                 follower.delayed_until_ms = now_ms + follower.fetch_backoff_ms
             partition = partitions.get(tp)
