@@ -222,6 +222,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("replica.fetch.min.bytes", int, 1, "The leader answers a follower's fetch once this many bytes are available.", _at_least(0)),
     _key("broker.heartbeat.interval.ms", int, 500, "How often a broker heartbeats to the active controller (Kafka: 2000; shorter here so a dead leader is replaced within about 2 s).", _at_least(1)),
     _key("broker.session.timeout.ms", int, 2000, "The controller fences a broker silent for this long (Kafka: 9000); must exceed the heartbeat interval.", _at_least(1)),
+    _key("auto.leader.rebalance.enable", bool, True, "The controller moves leadership back to each partition's preferred replica (the first in its list) once it is in sync again.", None),
+    _key("leader.imbalance.check.interval.seconds", int, 300, "How often the controller looks for partitions not led by their preferred replica.", _at_least(1)),
+    _key("leader.imbalance.per.broker.percentage", int, 10, "A broker's leaderships are moved back only when more than this share of the partitions it prefers are led elsewhere.", ((lambda v: 0 <= v <= 100), "between 0 and 100")),
     _key("controller.quorum.voters", _quorum_voters, "", "The metadata quorum's voters (empty: single node).", (_voters_ok, "id@host:port, comma-separated")),
     _key("controller.quorum.election.timeout.ms", int, 1000, "Base Raft election timeout; each node randomizes within [t, 2t).", _at_least(1)),
     _key("controller.quorum.fetch.timeout.ms", int, 2000, "A follower that hears nothing from the leader this long starts an election; a leader without fetches from a majority this long resigns.", _at_least(1)),
@@ -258,6 +261,9 @@ class BrokerConfig:
     replica_fetch_min_bytes: int = 1
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 2000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     controller_quorum_voters: str = ""
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000

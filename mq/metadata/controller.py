@@ -101,6 +101,7 @@ class QuorumController:
         self.image = MetadataImage()
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
         self.active = False
+        self._next_rebalance_ms = 0
         self._rng = rng
 
     def replay(self, records: Iterable[MetadataRecord], *, last_offset: int | None = None) -> MetadataImage:
@@ -112,6 +113,9 @@ class QuorumController:
     def activate(self, now_ms: int) -> None:
         """This controller became active: every registered broker gets a fresh session."""
         self.active = True
+        # A new controller waits one interval before rebalancing: brokers that were
+        # restarting meanwhile get the time to rejoin their ISRs first.
+        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
         self.sessions.clear()
         for broker_id in self.image.brokers:
             self.sessions.start(broker_id, now_ms)
@@ -202,7 +206,8 @@ class QuorumController:
         return records
 
     def tick(self, now_ms: int) -> list[MetadataRecord]:
-        """Fence every unfenced broker whose session expired (active controller only)."""
+        """Fence every unfenced broker whose session expired, and now and then move
+        leadership back to preferred replicas (active controller only)."""
         if not self.active:
             return []
         records: list[MetadataRecord] = []
@@ -212,13 +217,21 @@ class QuorumController:
             fenced = self._fence(image, broker_id, broker.broker_epoch)
             records.extend(fenced)
             image = image.apply(fenced)
+        if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
+            records.extend(election.preferred_leaders(
+                image, eligible=self._eligible(image),
+                imbalance_percentage=self.config.leader_imbalance_per_broker_percentage))
         return records
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (None: nothing scheduled)."""
         if not self.active:
             return None
-        return self.sessions.next_deadline_ms(self.image.live_broker_ids())
+        deadline = self.sessions.next_deadline_ms(self.image.live_broker_ids())
+        if self.config.auto_leader_rebalance_enable:
+            deadline = self._next_rebalance_ms if deadline is None else min(deadline, self._next_rebalance_ms)
+        return deadline
 
     def alter_partition(
         self, request: AlterPartitionRequest, *, now_ms: int

@@ -141,3 +141,28 @@ def leads_movable(image: MetadataImage, broker_id: int, *, eligible: Eligible) -
         if part.leader == broker_id and any(r != broker_id and eligible(r) for r in part.isr):
             return True
     return False
+
+
+def preferred_leaders(image: MetadataImage, *, eligible: Eligible, imbalance_percentage: int) -> list[PartitionChangeRecord]:
+    """Kafka's auto leader rebalance: each partition's preferred leader is the first of
+    its replicas. For every broker that leads fewer of the partitions it prefers than
+    ``imbalance_percentage`` allows, move those back to it where it is eligible and in
+    the ISR (a clean move: the ISR is unchanged, the leader epoch bumps)."""
+    preferred: dict[int, list[tuple[TopicImage, int, PartitionImage]]] = {}
+    for topic, index, part in _partitions(image):
+        if part.replicas:
+            preferred.setdefault(part.replicas[0], []).append((topic, index, part))
+    records = []
+    for broker_id in sorted(preferred):
+        owned = preferred[broker_id]
+        elsewhere = [(t, i, p) for t, i, p in owned if p.leader != broker_id]
+        if not elsewhere or 100 * len(elsewhere) <= imbalance_percentage * len(owned):
+            continue
+        if not eligible(broker_id):
+            continue
+        for topic, index, part in elsewhere:
+            if broker_id in part.isr:
+                record = change(topic.name, index, part, leader=broker_id, isr=part.isr)
+                if record is not None:
+                    records.append(record)
+    return records

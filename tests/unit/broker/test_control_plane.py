@@ -156,3 +156,33 @@ def test_a_metadata_log_from_before_the_quorum_is_refused_with_a_way_out() -> No
                          advertised_host="h", advertised_port=1, new_op_id=iter(range(1, 99)).__next__)
     with pytest.raises(MqError, match="before the Raft quorum.*move /data aside"):
         plane.start(now_ms=0)
+
+
+def test_leadership_goes_back_to_the_preferred_replica_once_it_is_in_sync() -> None:
+    cluster = ControlCluster(seed=11, configs={"leader_imbalance_check_interval_seconds": 2})
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    assert _create(cluster, 1, "t", 3, 3).topics[0].error_code == ErrorCode.NONE
+    cluster.run(100)
+    controller = _controller(cluster)
+    victim = next(i for i in cluster.ids if i != controller)
+    prefers = [p for p in range(3)
+               if cluster.plane(controller).image.partition(TopicPartition("t", p)).replicas[0] == victim]
+    assert prefers
+    cluster.crash(victim)
+    cluster.run_until(lambda: cluster.plane(controller).image.broker(victim).fenced, timeout_ms=15_000)
+    cluster.start(victim)
+    cluster.run_until(lambda: _all_ready(cluster), timeout_ms=15_000)
+    image = lambda: cluster.plane(controller).image  # noqa: E731
+    # No data plane here: put the victim back in the ISRs as its leaders would.
+    for p in prefers:
+        part = image().partition(TopicPartition("t", p))
+        assert part.leader != victim
+        from mq.protocol import inter_broker as ib
+        leader_epoch = cluster.plane(part.leader).broker_epoch
+        request = ib.AlterPartitionRequest(part.leader, leader_epoch, [ib.AlterPartitionTopic("t", [
+            ib.AlterPartitionPartition(p, part.leader_epoch, [*part.isr, victim], part.partition_epoch,
+                                       [ib.BrokerState(b, cluster.plane(b).broker_epoch) for b in [*part.isr, victim]])])])
+        cluster.request(controller, request)
+        cluster.run(50)
+    cluster.run_until(lambda: all(image().partition(TopicPartition("t", p)).leader == victim for p in prefers),
+                      timeout_ms=10_000)
