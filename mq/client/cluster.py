@@ -35,6 +35,9 @@ Key = tuple[Address, str]  # (address, lane)
 FETCH_LANE = "fetch"
 
 
+METADATA_ATTEMPT_TIMEOUT_MS = 3_000
+
+
 class ClusterClient:
     def __init__(self, bootstrap: str, *, client_id: str, request_timeout_ms: int = 30_000,
                  connect_timeout_ms: int = 10_000, retry_backoff_ms: int = 100,
@@ -212,7 +215,7 @@ class ClusterClient:
                 conn = self._connections.get((address, ""))
                 if conn is None or not conn.connected:
                     conn = await self._connect(-1, (address, ""))
-                response = await conn.request(MetadataRequest(topics=md.request_topics()))
+                response = await self._metadata_attempt(conn)
             except MqError as exc:
                 errors.append(f"{address[0]}:{address[1]}: {exc}")
                 continue
@@ -223,6 +226,22 @@ class ClusterClient:
         self._notify()
         raise MqError(ErrorCode.NETWORK_EXCEPTION,
                       "no broker answered a metadata request (" + "; ".join(errors) + ")")
+
+    async def _metadata_attempt(self, conn: BrokerConnection) -> Response:
+        """One metadata request, given up after ``METADATA_ATTEMPT_TIMEOUT_MS``: a broker
+        answers it in a millisecond, so one that stays silent is paused or overloaded.
+        Its connection is closed and the next address is tried, instead of the whole
+        client waiting ``request_timeout_ms`` on it."""
+        timeout_s = min(self.request_timeout_ms, METADATA_ATTEMPT_TIMEOUT_MS) / 1000
+        try:
+            return await asyncio.wait_for(conn.request(MetadataRequest(topics=self.metadata.request_topics())),
+                                          timeout_s)
+        except TimeoutError:
+            error = MqError(ErrorCode.REQUEST_TIMED_OUT,
+                            f"{conn.host}:{conn.port} did not answer a metadata request within "
+                            f"{timeout_s * 1000:.0f} ms (paused or overloaded?)")
+            conn.close(error)
+            raise error from None
 
     async def wait_for_topic(self, topic: str, deadline_ms: int) -> int:
         """Partition count of ``topic``, refreshing metadata until it is known or the deadline."""

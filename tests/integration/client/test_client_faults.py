@@ -93,3 +93,17 @@ async def test_delivery_timeout_when_the_broker_stays_down(broker) -> None:
         assert err.value.code == ErrorCode.DELIVERY_TIMEOUT
         assert time.monotonic() - started < 5
         await producer.close(timeout_ms=0)
+
+
+async def test_a_silent_bootstrap_address_costs_seconds_not_the_request_timeout(broker) -> None:
+    """The first bootstrap address accepts connections but never answers (a paused
+    broker): the client gives up on it after a few seconds and uses the next one."""
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        started = time.monotonic()
+        async with Admin(f"127.0.0.1:{port},{broker.bootstrap}", request_timeout_ms=30_000) as admin:
+            await admin.create_topic("after-silence")
+        assert time.monotonic() - started < 10
+    finally:
+        silent.close()
