@@ -30,7 +30,6 @@ from mq.replication import (
     ReplicaFetchResponse,
 )
 
-
 METADATA_LAG_RETRY_MS = 50
 LEADER_METADATA_BEHIND = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN_LEADER_EPOCH)
 """Answers from a leader that has not applied the metadata naming it leader yet."""

@@ -20,9 +20,9 @@ follower or neither accordingly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from mq.broker import admin
+from mq.broker.control import ControlPlane
 from mq.broker.fetch import DelayedFetch, FetchPurgatory, read_fetch
 from mq.broker.isr import IsrChanges
 from mq.broker.meta import MetaProperties
@@ -64,10 +64,10 @@ _ALTER_PARTITION_HEADER = RequestHeader(ApiKey.ALTER_PARTITION, 0, 0, "isr")
 class BrokerNode:
     def __init__(
         self, config: BrokerConfig, fileio: FileIO, *, rng: Rng,
-        advertised_host: str, advertised_port: int, control: Any = None,
+        advertised_host: str, advertised_port: int, control: ControlPlane | None = None,
     ) -> None:
-        """``control``: a stand-in for the ``ControlPlane`` (tests drive the data
-        plane with hand-built images); None builds the real one."""
+        """``control``: None builds the real ``ControlPlane``; data-plane tests pass
+        one that publishes images they build by hand (the same interface)."""
         self.config = config
         self.fileio = fileio
         self.advertised_host = advertised_host
@@ -81,8 +81,6 @@ class BrokerNode:
         self._rng = rng
         self._next_op_id = 1
         if control is None:
-            from mq.broker.control import ControlPlane  # control imports this module's peers
-
             control = ControlPlane(config, fileio, rng=rng.fork("control"), advertised_host=advertised_host,
                                    advertised_port=advertised_port, new_op_id=self._new_op_id)
         self.control = control

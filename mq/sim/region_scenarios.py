@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mq.core.errors import ErrorCode
-from mq.core.types import TopicPartition
+from mq.core.types import FlushPolicy, TopicPartition
 from mq.sim.network import Delay, Drop
 from mq.sim.region import SimRegion
 from mq.sim.region_invariants import RegionInvariants
@@ -47,7 +47,6 @@ class RegionRun:
 
 def _ready_region(seed: int, *, partitions: int = 2, configs: dict[str, object] | None = None,
                   min_isr: int = 2, replication_factor: int = 3) -> tuple[SimRegion, RegionInvariants, list[TopicPartition]]:
-    from mq.core.types import FlushPolicy
     settings = {**FAST_TIMEOUTS, **(configs or {})}
     settings["log_flush_policy"] = FlushPolicy(settings["log_flush_policy"])
     region = SimRegion(seed, configs=settings)
@@ -169,7 +168,7 @@ def kip101_scenario(seed: int) -> RegionRun:
     for i in range(2):
         before = len(region.acks)
         region.produce(tp, b"m%d" % i)
-        if not region.run_until(lambda: len(region.acks) > before, timeout_ms=5_000):
+        if not region.run_until(lambda before=before: len(region.acks) > before, timeout_ms=5_000):
             raise InvariantViolation(f"m{i} was not acknowledged")
     end_before = region.node(follower).partitions[tp].log.log_end_offset
     hw_before = region.node(follower).partitions[tp].high_watermark
