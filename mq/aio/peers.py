@@ -240,22 +240,17 @@ class PeerNetwork:
                 self._loop.create_connection(lambda: _Connection(self, peer), host, port),
                 self.connect_timeout_ms / 1000)
         except (OSError, TimeoutError, ValueError, OverflowError) as exc:  # refused, unreachable, bad address
-            peer.connecting = None
-            if self.closed:
-                return
-            log.info("peer_connect_failed node=%d address=%s:%d retry_in_ms=%d error=%r",
-                     peer.node_id, host, port, peer.backoff_ms, exc)
-            peer.retry_at = self._loop.time() + peer.backoff_ms / 1000
-            peer.backoff_ms = min(peer.backoff_ms * 2, self.reconnect_backoff_max_ms)
-            queued, peer.queue = peer.queue, []
-            for item in queued:
-                self._fail(item)
+            self._connect_failed(peer, address, exc)
             return
-        peer.connecting = None
         if self.closed:
+            peer.connecting = None
             conn.closed = True
             conn.transport.close()  # type: ignore[union-attr]
             return
+        if conn.closed:  # reset before we got to use it (a restarting peer, a proxy refusing)
+            self._connect_failed(peer, address, "connection lost while connecting")
+            return
+        peer.connecting = None
         peer.conn = conn  # type: ignore[assignment]
         peer.connects += 1
         peer.backoff_ms = self.reconnect_backoff_ms
@@ -266,6 +261,21 @@ class PeerNetwork:
                 self._write(peer, conn, item)  # type: ignore[arg-type]
             else:  # lost again while writing the queue
                 self._send_one(item)
+
+    def _connect_failed(self, peer: _Peer, address: tuple[str, int], exc: object) -> None:
+        """A failed attempt: back off, fail what waited for it. A connection lost before
+        ``_connect`` resumed counts too — adopting it would leave ``peer.conn`` closed
+        for good, every later message to the peer dropped (one-way Raft ones silently)."""
+        peer.connecting = None
+        if self.closed:
+            return
+        log.info("peer_connect_failed node=%d address=%s:%d retry_in_ms=%d error=%r",
+                 peer.node_id, address[0], address[1], peer.backoff_ms, exc)
+        peer.retry_at = self._loop.time() + peer.backoff_ms / 1000
+        peer.backoff_ms = min(peer.backoff_ms * 2, self.reconnect_backoff_max_ms)
+        queued, peer.queue = peer.queue, []
+        for item in queued:
+            self._fail(item)
 
     # ------------------------------------------------------------ responses
 

@@ -420,6 +420,10 @@ class BrokerNode:
             self.replicas.remove_orphans(after)
         result = self.replicas.publish(before, after, now_ms=now_ms)
         self._image = after
+        for tp, offset, damage in result.cut_damage:  # logged by the shell, once each
+            self.report_corruption(tp, LogCorruptedError(
+                damage.path, damage.position, f"{damage.problem}: found on open; the follower cut its log "
+                f"at offset {offset} and fetches the rest from the leader"))
         for tp in result.leadership_lost:
             self.produce_purgatory.on_leadership_lost(tp)
             self._isr.forget(tp)

@@ -27,12 +27,13 @@ from mq.replication import (
 )
 from mq.storage.fileio import FileIO
 from mq.storage.log import Log
+from mq.storage.segment import LogCorruptedError
 
 _REBUILD_CHUNK_BYTES = 1024 * 1024
 
 
 class Partition:
-    __slots__ = ("_high_watermark", "epoch_cache", "flush_policy", "follower", "leader",
+    __slots__ = ("_high_watermark", "damaged", "epoch_cache", "flush_policy", "follower", "leader",
                  "leader_epoch", "leader_id", "log", "tp")
 
     def __init__(
@@ -48,6 +49,18 @@ class Partition:
         self.leader: PartitionState | None = None
         self.follower: FollowerPartition | None = None
         self._high_watermark = 0
+        self.damaged: tuple[int, LogCorruptedError] | None = None
+        """``(offset, damage)``: the log is sound only below ``offset`` (found on open)."""
+
+    def cut_damage(self) -> tuple[int, LogCorruptedError] | None:
+        """As a follower: truncate the log where the damage found on open starts, so
+        the rest is fetched again from the leader. Returns what was cut (None: nothing)."""
+        damaged, self.damaged = self.damaged, None
+        if damaged is None or damaged[0] >= self.log.log_end_offset:
+            return None
+        self.log.truncate_to(damaged[0])
+        self.epoch_cache.truncate_from_end(self.log.log_end_offset)
+        return damaged
 
     @classmethod
     def open(
@@ -60,8 +73,13 @@ class Partition:
             # Bytes that survived a crash in the page cache but were never fsynced:
             # make them durable before they count as committed.
             log.flush()
-        return cls(tp, log, leader_epoch=leader_epoch, flush_policy=flush_policy,
-                   epoch_cache=load_epoch_cache(fileio, directory, log))
+        partition = cls(tp, log, leader_epoch=leader_epoch, flush_policy=flush_policy,
+                        epoch_cache=load_epoch_cache(fileio, directory, log))
+        # Opening trusts the segments below the recovery point; a replica reads them all
+        # once, so bytes that rotted while the broker was stopped are found now (R8)
+        # rather than when it leads and a fetch hits them.
+        partition.damaged = log.first_damaged()
+        return partition
 
     @property
     def config(self) -> TopicConfig:

@@ -22,6 +22,7 @@ from mq.metadata.image import MetadataImage, PartitionImage, TopicImage
 from mq.metadata.records import METADATA_TOPIC
 from mq.replication import LeaderAndIsr, PartitionState
 from mq.storage.fileio import FileIO
+from mq.storage.segment import LogCorruptedError
 
 NO_LEADER = -1
 
@@ -34,6 +35,8 @@ class PublishResult:
     leadership_lost: list[TopicPartition] = field(default_factory=list)
     changed: list[TopicPartition] = field(default_factory=list)
     """Partitions whose role, leader or ISR changed (their waiters are re-checked)."""
+    cut_damage: list[tuple[TopicPartition, int, LogCorruptedError]] = field(default_factory=list)
+    """Followers whose log was cut at damage found on open: (partition, offset, damage)."""
 
 
 class ReplicaManager:
@@ -117,6 +120,9 @@ class ReplicaManager:
         else:
             self._resign(partition, result)
             if hosted and image.leader != NO_LEADER:
+                cut = partition.cut_damage()  # re-fetched from the leader, never served
+                if cut is not None:
+                    result.cut_damage.append((tp, *cut))
                 self.fetchers.follow(partition, image.leader, image.leader_epoch)
             else:
                 self.fetchers.unfollow(partition)

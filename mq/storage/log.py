@@ -33,7 +33,7 @@ from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, Cl
 from mq.storage.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, write_checkpoint
 from mq.storage.fileio import FileIO
 from mq.storage.loader import load_log
-from mq.storage.segment import LogSegment
+from mq.storage.segment import LogCorruptedError, LogSegment
 from mq.storage.validator import (
     LogAppendInfo,
     ValidatedRecords,
@@ -460,6 +460,19 @@ class Log:
             return
         write_checkpoint(self.fileio, self.directory, name, offset)
         self._checkpointed[name] = offset
+
+    @_storage_errors
+    def first_damaged(self) -> tuple[int, LogCorruptedError] | None:
+        """Read the whole log, checking every batch's structure and CRC (the segments
+        below the recovery point included, which opening trusts): ``(offset where the
+        sound prefix ends, the damage)`` for the first damage, or None. Changes nothing:
+        whether to cut there is the replica's decision (a follower can re-fetch; a
+        sole replica keeps its data and refuses to serve the damaged batch)."""
+        for segment in self._segments:
+            found = segment.first_damaged()
+            if found is not None:
+                return found
+        return None
 
     @_storage_errors
     def verify(self) -> list[str]:

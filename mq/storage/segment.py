@@ -437,6 +437,18 @@ class LogSegment:
         self._load_tail()
         return removed
 
+    def first_damaged(self) -> tuple[int, LogCorruptedError] | None:
+        """Read every batch, checking structure, CRC and offset order (nothing is
+        changed): ``(offset where the sound data ends, what is wrong and where)``, or
+        None when the whole file is sound."""
+        scan = ScanResult()
+        sound_until = self.base_offset
+        for _, header in self._scan(0, scan, check_crc=True):
+            sound_until = header.next_offset
+        if scan.end == self._size:
+            return None
+        return sound_until, LogCorruptedError(self.log_path, scan.end, scan.problem or "unreadable tail")
+
     def verify(self) -> list[str]:
         """Deep check: every batch's structure, CRC and offset order, and that every
         index entry points where it claims. Returns the problems found."""

@@ -22,7 +22,9 @@ Two environment variables are set on the child:
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -33,10 +35,34 @@ from typing import Self
 from mq.core.rng import Rng
 from mq.storage.fileio import power_loss as truncate_to_durable
 
-from ...integration.conftest import REPO, broker_command, free_port, wait_until_ready
+from ...integration.conftest import REPO, broker_command, wait_until_ready
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
+LISTEN_PORTS = (20_000, 32_000)
+"""Where brokers of the harness listen: below Linux's ephemeral range (32768-60999
+by default). A broker keeps its port across restarts; a port from the ephemeral range
+(what binding port 0 gives) can be taken meanwhile by any outgoing connection on the
+machine, and the restarted broker then fails with "address already in use"."""
+
+
+def listen_port(*, attempts: int = 200) -> int:
+    """A free port outside the ephemeral range (see ``LISTEN_PORTS``)."""
+    low, high = LISTEN_PORTS
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            high = min(high, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(attempts):
+        port = random.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{low}, {high}) after {attempts} attempts")
 
 
 def format_failpoints(points: Mapping[str, str]) -> str:
@@ -249,7 +275,7 @@ class Processes:
             failpoints: Mapping[str, str] | str = "", start: bool = True) -> BrokerNode:
         number = len(self.nodes) + 1
         text = failpoints if isinstance(failpoints, str) else format_failpoints(failpoints)
-        node = BrokerNode(f"n{number}", self.root, free_port(), node_id=node_id or number,
+        node = BrokerNode(f"n{number}", self.root, listen_port(), node_id=node_id or number,
                           configs=dict(configs or {}), failpoints=text)
         self.nodes.append(node)
         return node.start() if start else node

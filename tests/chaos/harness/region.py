@@ -36,8 +36,7 @@ from mq.protocol.inter_broker import (
 )
 
 from ...integration.broker.raw import RawClient
-from ...integration.conftest import free_port
-from .processes import START_TIMEOUT_S, BrokerNode, format_failpoints
+from .processes import START_TIMEOUT_S, BrokerNode, format_failpoints, listen_port
 from .proxy import LinkProxy
 from .replicas import ReplicaCheck, compare_replicas
 
@@ -133,7 +132,11 @@ class Region:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         ids = list(range(1, size + 1))
-        ports = {n: free_port() for n in ids}
+        ports: dict[int, int] = {}
+        for n in ids:
+            while (port := listen_port()) in ports.values():
+                pass
+            ports[n] = port
         self.proxy: LinkProxy | None = None
         if proxy:
             self.proxy = LinkProxy({n: ("127.0.0.1", ports[n]) for n in ids}, mode=proxy_mode).start()
