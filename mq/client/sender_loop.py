@@ -111,6 +111,12 @@ class Sender:
             if conn is None:
                 address = cluster.address_of(node)
                 backoff = cluster.backoff_remaining_ms(address) if address else 0
+                if backoff:
+                    # The leader is unreachable: its partitions may have moved (fail-over).
+                    # Ask every retry_backoff_ms, not once per reconnect backoff (up to
+                    # reconnect_backoff_max_ms), so a new leader is used as soon as it is known.
+                    md.request_update()
+                    backoff = min(backoff, md.time_to_next_update_ms(now))
                 sleep_ms = min(sleep_ms, max(backoff, 1))
                 continue
             while conn.in_flight < self.max_in_flight or self.acks == 0:
