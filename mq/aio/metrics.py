@@ -59,6 +59,10 @@ class _NodeCollector(Collector):
             "records_out": CounterMetricFamily("mq_topic_records_out", "Records fetched, per topic", labels=["topic"]),
             "bytes_out": CounterMetricFamily("mq_topic_bytes_out", "Batch bytes fetched, per topic", labels=["topic"]),
             "produce_errors": CounterMetricFamily("mq_topic_produce_errors", "Refused partition appends, per topic", labels=["topic"]),
+            "truncated_committed_offsets": CounterMetricFamily(
+                "mq_topic_truncated_committed_offsets",
+                "Offsets below the high watermark a follower cut after an unclean leader election "
+                "(acknowledged records lost), per topic", labels=["topic"]),
         }
         for topic in sorted(self.node.stats.topics):
             stats = self.node.stats.topics[topic]

@@ -36,6 +36,15 @@ LEADER_METADATA_BEHIND = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_LEADER, ErrorCo
 
 
 @dataclass(frozen=True, slots=True)
+class UncleanTruncation:
+    """A follower cut its log below its high watermark (``from_offset``) to ``to_offset``."""
+
+    tp: TopicPartition
+    from_offset: int
+    to_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class _InFlight:
     leader_id: int
     request: FetchRequest
@@ -52,7 +61,7 @@ class FetcherManager:
         # (leader, partition) -> tag: a fetch to a former leader does not hold up the
         # first fetch from the new one (its late answer is dropped by epoch).
         self._fetching: dict[tuple[int, TopicPartition], int] = {}
-        self.truncations: list[tuple[TopicPartition, FetchOutcome]] = []
+        self.truncations: list[UncleanTruncation] = []
 
     # ---- membership (driven by the metadata image)
 
@@ -155,14 +164,17 @@ class FetcherManager:
         for topic in response.topics:
             for part in topic.partitions:
                 answers[TopicPartition(topic.name, part.partition)] = to_replica_response(part)
+        high_watermarks = {tp: f.high_watermark for tp, f in fetcher.partitions.items() if tp in answers}
         outcomes = fetcher.handle_fetch_response(sent.request, answers, now_ms=now_ms)
         for tp in sorted(outcomes):
             outcome = outcomes[tp]
             follower = fetcher.partitions.get(tp)
             if follower is None:
                 continue
-            if outcome.truncated_to is not None:
-                self.truncations.append((tp, outcome))
+            if outcome.truncated_below_high_watermark and outcome.truncated_to is not None:
+                # Only an unclean election makes a leader shorter than what was
+                # committed: those offsets held acknowledged records, now gone.
+                self.truncations.append(UncleanTruncation(tp, high_watermarks.get(tp, 0), outcome.truncated_to))
             if answers[tp].error in LEADER_METADATA_BEHIND:
                 # The leader has not applied the metadata we have (a new topic, or the
                 # election that made it leader): it will within milliseconds, so try
@@ -197,7 +209,7 @@ class FetcherManager:
         deadlines = [d for f in self.fetchers.values() if (d := f.next_deadline_ms()) is not None]
         return min(deadlines) if deadlines else None
 
-    def take_truncations(self) -> list[tuple[TopicPartition, FetchOutcome]]:
+    def take_truncations(self) -> list[UncleanTruncation]:
         done, self.truncations = self.truncations, []
         return done
 

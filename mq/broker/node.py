@@ -24,6 +24,7 @@ from collections.abc import Callable
 from mq.broker import admin
 from mq.broker.control import ControlPlane
 from mq.broker.fetch import DelayedFetch, FetchPurgatory, read_fetch
+from mq.broker.follower_fetch import UncleanTruncation
 from mq.broker.isr import IsrChanges
 from mq.broker.meta import MetaProperties
 from mq.broker.offsets import (
@@ -94,6 +95,7 @@ class BrokerNode:
         self._delayed_produces: dict[int, DelayedProduce] = {}
         self._dirty: dict[TopicPartition, Partition] = {}
         self._completions: list[tuple[int, Response]] = []
+        self.unclean_truncations: list[UncleanTruncation] = []  # the shell logs and clears them
         self._storage_errors: list[tuple[TopicPartition, MqError]] = []
         # Corrupt stored batches found by reads, each reported once (keyed by file and
         # position) so a consumer retrying the same offset does not flood the log.
@@ -294,6 +296,9 @@ class BrokerNode:
         fetchers = self.replicas.fetchers
         if fetchers.owns(tag):
             fetchers.on_response(tag, response, now_ms=now_ms, partitions=self.partitions)
+            for cut in fetchers.take_truncations():
+                self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
+                self.unclean_truncations.append(cut)
         elif self._isr.owns(tag):
             for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
                 self._moved[tp] = None

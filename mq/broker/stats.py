@@ -15,6 +15,7 @@ class TopicStats:
     records_out: int = 0
     bytes_out: int = 0
     produce_errors: int = 0
+    truncated_committed_offsets: int = 0  # offsets below the high watermark lost to unclean elections
 
 
 class BrokerStats:
@@ -42,6 +43,9 @@ class BrokerStats:
         stats = self._topic(topic)
         stats.bytes_out += len(data)
         stats.records_out += sum(h.record_count for _, h in iter_batches(data))
+
+    def truncated_committed(self, topic: str, offsets: int) -> None:
+        self._topic(topic).truncated_committed_offsets += max(0, offsets)
 
     def forget(self, topic: str) -> None:
         self.topics.pop(topic, None)

@@ -346,3 +346,30 @@ def test_random_leader_changes_lose_no_acknowledged_record():
         final = c.values(leader_id, "t")
         for node_id in c.ids:
             assert c.values(node_id, "t") == final, f"seed {seed}: node {node_id} differs at the end"
+
+
+def test_a_follower_cut_below_its_high_watermark_counts_the_lost_offsets():
+    """An unclean election (a leader from outside the ISR) makes the log shorter than
+    what was committed: the follower that truncates below its high watermark counts
+    the offsets it lost, per topic (mq_topic_truncated_committed_offsets)."""
+    c = Cluster()
+    c.create_topic("t")
+    c.produce(1, "t", b"a")
+    c.settle()
+    c.cut |= {frozenset((1, 3)), frozenset((2, 3))}
+    c.elect(TP, 1, isr=(1, 2), to=(1, 2))
+    c.produce(1, "t", b"b")
+    c.settle()
+    c.produce(1, "t", b"b2")  # the follower learns the high watermark covering b
+    c.settle()
+    assert c.values(2, "t") == [b"a", b"b", b"b2"]
+    committed = c.nodes[2].partitions[TP].high_watermark
+    assert committed >= 2
+    c.kill(1)
+    c.cut.clear()
+    c.elect(TP, 3, isr=(3,))  # unclean: node 3 only has a
+    c.settle()
+    assert c.values(2, "t") == c.values(3, "t") == [b"a"]
+    lost = c.nodes[2].stats.topics["t"].truncated_committed_offsets
+    assert lost == committed - 1
+    assert [(cut.from_offset, cut.to_offset) for cut in c.nodes[2].unclean_truncations] == [(committed, 1)]
