@@ -195,12 +195,10 @@ class BrokerServer:
 
     def _deliver(self) -> None:
         """Completions to their connections, outbound requests to the peers."""
-        if self.node.unclean_truncations:
-            cuts, self.node.unclean_truncations = self.node.unclean_truncations, []
-            for cut in cuts:
-                log.warning("unclean_truncation partition=%s high_watermark=%d truncated_to=%d lost_offsets=%d "
-                            "(the leader was elected from outside the ISR: acknowledged records are gone)",
-                            cut.tp, cut.from_offset, cut.to_offset, cut.from_offset - cut.to_offset)
+        for cut in self.node.take_unclean_truncations():
+            log.warning("unclean_truncation partition=%s high_watermark=%d truncated_to=%d lost_offsets=%d "
+                        "(the leader was elected from outside the ISR: acknowledged records are gone)",
+                        cut.tp, cut.from_offset, cut.to_offset, cut.from_offset - cut.to_offset)
         for tp, err in self.node.take_corruption_reports():
             log.warning("corrupt_data_not_served partition=%s file=%s position=%d problem=%r",
                         tp, err.path, err.position, err.problem)

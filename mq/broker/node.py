@@ -95,7 +95,7 @@ class BrokerNode:
         self._delayed_produces: dict[int, DelayedProduce] = {}
         self._dirty: dict[TopicPartition, Partition] = {}
         self._completions: list[tuple[int, Response]] = []
-        self.unclean_truncations: list[UncleanTruncation] = []  # the shell logs and clears them
+        self._unclean_truncations: list[UncleanTruncation] = []
         self._storage_errors: list[tuple[TopicPartition, MqError]] = []
         # Corrupt stored batches found by reads, each reported once (keyed by file and
         # position) so a consumer retrying the same offset does not flood the log.
@@ -298,7 +298,7 @@ class BrokerNode:
             fetchers.on_response(tag, response, now_ms=now_ms, partitions=self.partitions)
             for cut in fetchers.take_truncations():
                 self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
-                self.unclean_truncations.append(cut)
+                self._unclean_truncations.append(cut)
         elif self._isr.owns(tag):
             for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
                 self._moved[tp] = None
@@ -503,6 +503,11 @@ class BrokerNode:
         """Corruptions found since the last call, for the shell to log once each."""
         reports, self._corruption_reports = self._corruption_reports, []
         return reports
+
+    def take_unclean_truncations(self) -> list[UncleanTruncation]:
+        """Follower cuts below the high watermark since the last call, for the shell to log."""
+        cuts, self._unclean_truncations = self._unclean_truncations, []
+        return cuts
 
     def take_storage_errors(self) -> list[tuple[TopicPartition, MqError]]:
         errors, self._storage_errors = self._storage_errors, []

@@ -57,6 +57,9 @@ class ScriptedNode:
     def take_corruption_reports(self) -> list:
         return []
 
+    def take_unclean_truncations(self) -> list:
+        return []
+
     def take_storage_errors(self) -> list:
         return []
 

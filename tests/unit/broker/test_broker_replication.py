@@ -372,4 +372,4 @@ def test_a_follower_cut_below_its_high_watermark_counts_the_lost_offsets():
     assert c.values(2, "t") == c.values(3, "t") == [b"a"]
     lost = c.nodes[2].stats.topics["t"].truncated_committed_offsets
     assert lost == committed - 1
-    assert [(cut.from_offset, cut.to_offset) for cut in c.nodes[2].unclean_truncations] == [(committed, 1)]
+    assert [(cut.from_offset, cut.to_offset) for cut in c.nodes[2].take_unclean_truncations()] == [(committed, 1)]
