@@ -164,7 +164,10 @@ class FetcherManager:
         for topic in response.topics:
             for part in topic.partitions:
                 answers[TopicPartition(topic.name, part.partition)] = to_replica_response(part)
-        high_watermarks = {tp: f.high_watermark for tp, f in fetcher.partitions.items() if tp in answers}
+        # Only a diverging-epoch answer truncates below the high watermark: note the
+        # high watermark of just those partitions (not of every fetched one).
+        high_watermarks = {tp: fetcher.partitions[tp].high_watermark for tp, a in answers.items()
+                           if a.diverging_epoch is not None and tp in fetcher.partitions}
         outcomes = fetcher.handle_fetch_response(sent.request, answers, now_ms=now_ms)
         for tp in sorted(outcomes):
             outcome = outcomes[tp]
