@@ -225,6 +225,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("auto.leader.rebalance.enable", bool, True, "The controller moves leadership back to each partition's preferred replica (the first in its list) once it is in sync again.", None),
     _key("leader.imbalance.check.interval.seconds", int, 300, "How often the controller looks for partitions not led by their preferred replica.", _at_least(1)),
     _key("leader.imbalance.per.broker.percentage", int, 10, "A broker's leaderships are moved back only when more than this share of the partitions it prefers are led elsewhere.", ((lambda v: 0 <= v <= 100), "between 0 and 100")),
+    _key("group.min.session.timeout.ms", int, 6000, "Shortest session.timeout.ms a consumer may ask for.", _at_least(1)),
+    _key("group.max.session.timeout.ms", int, 1_800_000, "Longest session.timeout.ms a consumer may ask for.", _at_least(1)),
+    _key("group.initial.rebalance.delay.ms", int, 3000, "An empty group waits this long (extended by each join, up to the rebalance timeout) before its first rebalance completes, so members starting together land in one generation.", _at_least(0)),
+    _key("group.max.size", int, 2**31 - 1, "Members a consumer group may hold.", _at_least(1)),
+    _key("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets (fixed once the topic exists).", _at_least(1)),
+    _key("offsets.topic.replication.factor", int, 3, "Replicas of __consumer_offsets; capped at the number of registered brokers when it is created.", _at_least(1)),
+    _key("offsets.topic.segment.bytes", int, 100 * MIB, "segment.bytes of __consumer_offsets (small, so the cleaner can compact it).", _at_least(1024)),
+    _key("offsets.retention.minutes", int, 7 * 24 * 60, "Committed offsets of a group that has been empty this long are deleted.", _at_least(1)),
+    _key("offsets.retention.check.interval.ms", int, 600_000, "How often the coordinator looks for expired offsets.", _at_least(1)),
+    _key("offset.metadata.max.bytes", int, 4096, "Longest metadata string an offset commit may carry.", _at_least(0)),
+    _key("offsets.commit.timeout.ms", int, 5000, "An offset commit waits this long for the offsets topic's replicas.", _at_least(1)),
+    _key("log.cleaner.enable", bool, True, "Run the log cleaner (compaction of cleanup.policy=compact topics).", None),
+    _key("log.cleaner.backoff.ms", int, 15_000, "How long the cleaner sleeps when no log is cleanable.", _at_least(0)),
+    _key("log.cleaner.io.max.bytes.per.poll", int, 8 * MIB, "Bytes the cleaner reads per step, so one step never holds up produce for long.", _at_least(1024)),
     _key("controller.quorum.voters", _quorum_voters, "", "The metadata quorum's voters (empty: single node).", (_voters_ok, "id@host:port, comma-separated")),
     _key("controller.quorum.election.timeout.ms", int, 1000, "Base Raft election timeout; each node randomizes within [t, 2t).", _at_least(1)),
     _key("controller.quorum.fetch.timeout.ms", int, 2000, "A follower that hears nothing from the leader this long starts an election; a leader without fetches from a majority this long resigns.", _at_least(1)),
@@ -264,6 +278,20 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2**31 - 1
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * MIB
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    offsets_commit_timeout_ms: int = 5000
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_io_max_bytes_per_poll: int = 8 * MIB
     controller_quorum_voters: str = ""
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000

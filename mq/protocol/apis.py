@@ -7,6 +7,7 @@ serves both (``REQUESTS``) and advertises both in ApiVersions, as Kafka does.
 
 from __future__ import annotations
 
+from mq.protocol import group_messages as g
 from mq.protocol import inter_broker as ib
 from mq.protocol import messages as m
 
@@ -15,7 +16,7 @@ CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
     for cls in (
         m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.MetadataRequest, m.ApiVersionsRequest,
         m.CreateTopicsRequest, m.DeleteTopicsRequest, m.DeleteRecordsRequest, m.DescribeConfigsRequest,
-        m.AlterConfigsRequest,
+        m.AlterConfigsRequest, *g.GROUP_REQUESTS,
     )
 }
 
