@@ -20,6 +20,16 @@ broker hosts (Kafka's JMX names in brackets):
   label ``replica``: each follower as the leader sees it (leader log end minus the
   follower's last fetch offset; time since it was last caught up). On the leader
   only, so the label set stays at (replication factor - 1) per partition.
+
+Consumer groups, for each group this broker coordinates (labelled ``group``; Kafka
+exports these through the group coordinator's JMX and ``kafka-consumer-groups``):
+
+- ``mq_group_members`` and ``mq_group_state`` (one series per state, labelled
+  ``state``: 1 for the group's current state, 0 for the others).
+- ``mq_group_committed_offset`` and ``mq_group_lag_records``, labelled ``topic`` and
+  ``partition``: the committed offset (the next record the group will read) and the
+  high watermark minus it — only for partitions this broker hosts a replica of (the
+  leader's high watermark, else the one the follower last heard).
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ class _NodeCollector(Collector):
                 family.add_metric([topic], getattr(stats, name))
         yield from families.values()
         yield from _partition_families(self.node, self._now_ms())
+        yield from _group_families(self.node)
         conns = GaugeMetricFamily("mq_connections", "Open client connections")
         conns.add_metric([], len(self.server.connections) if self.server else 0)
         yield conns
@@ -142,6 +153,36 @@ def _partition_families(node: BrokerNode, now_ms: int) -> Iterator:
     yield from families.values()
     yield lag
     yield caught_up
+
+
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+def _group_families(node: BrokerNode) -> Iterator:
+    members = GaugeMetricFamily("mq_group_members", "Members of a group this broker coordinates", labels=["group"])
+    state = GaugeMetricFamily("mq_group_state", "1 for the group's current state, 0 for the others",
+                              labels=["group", "state"])
+    committed = GaugeMetricFamily("mq_group_committed_offset",
+                                  "Offset a group committed (the next record it reads), per partition",
+                                  labels=["group", *_PARTITION])
+    lag = GaugeMetricFamily("mq_group_lag_records",
+                            "High watermark minus the group's committed offset (partitions hosted here)",
+                            labels=["group", *_PARTITION])
+    for group in node.groups.snapshot():
+        members.add_metric([group.group_id], group.members)
+        states = GROUP_STATES if group.state in GROUP_STATES else (*GROUP_STATES, group.state)
+        for name in states:
+            state.add_metric([group.group_id, name], 1 if name == group.state else 0)
+        for tp, offset in group.offsets.items():
+            labels = [group.group_id, tp.topic, str(tp.partition)]
+            committed.add_metric(labels, offset)
+            partition = node.partitions.get(tp)
+            if partition is not None:
+                lag.add_metric(labels, max(0, partition.high_watermark - offset))
+    yield members
+    yield state
+    yield committed
+    yield lag
 
 
 class BrokerMetrics:

@@ -35,11 +35,12 @@ from mq.core.clock import Clock, SystemClock
 from mq.core.config import BrokerConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.protocol.codec import RequestHeader
-from mq.protocol.messages import ProduceResponse, Request, Response
+from mq.protocol.messages import ApiKey, ProduceResponse, Request, Response
 
 log = logging.getLogger("mq.aio.server")
 
 PRODUCE_RESPONSE_FAILPOINT = "broker.before_produce_response"
+GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.LEAVE_GROUP, ApiKey.HEARTBEAT, ApiKey.DELETE_GROUPS})
 MAX_POLL_INTERVAL_MS = 1000
 """``node.poll`` runs at least this often, whatever deadline it asked for."""
 POLL_AFTER_PEER_EVENT_MS = 10
@@ -127,7 +128,8 @@ class BrokerServer:
             self._handle_one_way(peer, header, request)
             return None
         try:
-            outcome = self.node.handle(header, request, now_ms=self.clock.wall_ms())
+            outcome = self.node.handle(header, request, now_ms=self.clock.wall_ms(),
+                                       client_host=peer.rsplit(":", 1)[0])
         except MqError as err:
             log.error("request_failed peer=%s api=%s code=%s reason=%r",
                       peer, header.api_key.name, err.code.name, err.message)
@@ -140,6 +142,8 @@ class BrokerServer:
             return internal_error(err)
         if isinstance(outcome, ProduceResponse):
             return before_produce_response(outcome)
+        if header.api_key in GROUP_APIS:
+            self._poll_soon()  # a join or leave may have set a coordinator timer the node polls for
         return outcome
 
     def _handle_one_way(self, peer: str, header: RequestHeader, request: Request) -> None:

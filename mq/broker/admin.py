@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mq.coordinator import OFFSETS_TOPIC
 from mq.core.config import BROKER_KEYS, TOPIC_KEYS_BY_NAME, BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode
 from mq.protocol.codec import SUPPORTED_VERSIONS
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from mq.broker.node import BrokerNode
 
 BROKER_SOFTWARE = "mq/0.1.0"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Topics the brokers own (Metadata flags them ``is_internal``; consumer groups'
+patterns never match them)."""
 
 
 def handle_api_versions() -> ApiVersionsResponse:
@@ -44,7 +48,8 @@ def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataRespo
     while none is elected), leader epoch, replicas and ISR; the registered brokers
     (fenced ones flagged); the active controller. ``topics=None``: every topic.
     Topics are never created by a Metadata request (Kafka's
-    auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC."""
+    auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC.
+    ``__consumer_offsets`` is flagged ``is_internal``."""
     image = node.image
     names = list(image.topics) if request.topics is None else request.topics
     topics = []
@@ -60,7 +65,7 @@ def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataRespo
             )
             for p, pi in topic.partitions.items()
         ]
-        topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, False, topic.topic_id))
+        topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, name in INTERNAL_TOPICS, topic.topic_id))
     return MetadataResponse(broker_infos(node), node.controller_id, topics, node.cluster_id,
                             node.controller_epoch)
 

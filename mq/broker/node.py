@@ -9,7 +9,11 @@ when the controller committed an admin request. Requests to other nodes (Raft, t
 broker's registration and heartbeats, follower fetches, ISR changes) come out of
 ``take_outbound()``; their answers go to ``on_response(tag, response | None)``.
 ``poll(now_ms)`` runs periodic work (the control plane's timers, retention,
-flush.ms, checkpoints, ISR shrink checks) and returns when it wants to be called next.
+flush.ms, checkpoints, ISR shrink checks, the group coordinators' timers, log
+cleaning) and returns when it wants to be called next.
+
+Consumer group requests go to ``GroupService`` (``mq.broker.groups``): the group
+coordinator shards of the ``__consumer_offsets`` partitions this broker leads.
 
 The control plane (``mq.broker.control.ControlPlane``: Raft, the metadata log, the
 controller, registration) hands over committed metadata as (before, after) image
@@ -25,7 +29,10 @@ from mq.broker import admin
 from mq.broker.control import ControlPlane
 from mq.broker.fetch import DelayedFetch, FetchPurgatory, read_fetch
 from mq.broker.follower_fetch import UncleanTruncation
+from mq.broker.group_requests import GROUP_APIS
+from mq.broker.groups import GroupService
 from mq.broker.isr import IsrChanges
+from mq.broker.log_cleaner import LogCleanerManager
 from mq.broker.meta import MetaProperties
 from mq.broker.offsets import (
     handle_delete_records,
@@ -105,6 +112,9 @@ class BrokerNode:
         self._next_checkpoint_ms = 0
         self._next_isr_check_ms = 0
         self._produce_deadline_ms: int | None = None
+        self.log_cleaner = LogCleanerManager(config)
+        self.groups = GroupService(self, rng=rng.fork("groups"), new_op_id=self._new_op_id,
+                                   complete=lambda op_id, response: self._completions.append((op_id, response)))
         self._handlers: dict[ApiKey, Callable[[Request, int], Response | Pending | None]] = {
             ApiKey.API_VERSIONS: lambda r, now: admin.handle_api_versions(),
             ApiKey.METADATA: lambda r, now: admin.handle_metadata(self, r),  # type: ignore[arg-type]
@@ -196,10 +206,14 @@ class BrokerNode:
 
     # ------------------------------------------------------------ requests
 
-    def handle(self, header: RequestHeader, request: Request, *, now_ms: int) -> Response | Pending | None:
+    def handle(self, header: RequestHeader, request: Request, *, now_ms: int,
+               client_host: str = "") -> Response | Pending | None:
+        """``client_host``: the client's address (group members are described with it)."""
         self._now_ms = now_ms
         if header.api_key in CONTROL_APIS:
             result = self.control.handle(header, request, now_ms=now_ms)
+        elif header.api_key in GROUP_APIS:
+            result = self.groups.handle(request, client_id=header.client_id, client_host=client_host, now_ms=now_ms)
         else:
             handler = self._handlers.get(header.api_key)
             if handler is None:
@@ -242,6 +256,12 @@ class BrokerNode:
         op = DelayedProduce(self._new_op_id(), outcome.response, outcome.durable_waits)
         self._delayed_produces[op.op_id] = op
         return Pending(op.op_id, None)
+
+    def await_high_watermark(self, op_id: int, tp: TopicPartition, end_offset: int, *, deadline_ms: int) -> None:
+        """Park ``op_id`` in the produce purgatory until the high watermark of ``tp`` (led
+        here) reaches ``end_offset`` (the acks=all wait; the group coordinator's writes)."""
+        self.produce_purgatory.watch(op_id, {tp: end_offset}, deadline_ms=deadline_ms)
+        self._moved[tp] = None
 
     def _fetch(self, request: FetchRequest, now_ms: int) -> Response | Pending:
         result = read_fetch(self, request, now_ms=now_ms)
@@ -383,6 +403,9 @@ class BrokerNode:
             polled = self.produce_purgatory.poll(now_ms)
             self._produce_deadline_ms = polled.next_deadline_ms
             for completion in polled.completed:
+                if self.groups.owns(completion.request_id):
+                    self.groups.on_write_done(completion)
+                    continue
                 response = self._acks_all.complete(completion)
                 if response is not None:
                     self._completions.append((completion.request_id, response))
@@ -410,6 +433,8 @@ class BrokerNode:
             self.publish(before, after, now_ms=now_ms)
         for op_id, response in self.control.take_completions():
             tag = self._local_alter_ops.pop(op_id, None)
+            if tag is None and self.groups.creator.on_completion(op_id, response, now_ms=now_ms):
+                continue
             if tag is None:
                 self._completions.append((op_id, response))
             else:
@@ -440,6 +465,7 @@ class BrokerNode:
         for tp in result.changed:
             self._moved[tp] = None
             self._wake_fetches_removed(tp)  # NOT_LEADER / new epoch: clients re-route
+        self.groups.on_publish(result, now_ms=now_ms)
 
     def _wake_fetches_removed(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
@@ -450,7 +476,8 @@ class BrokerNode:
 
     def poll(self, *, now_ms: int) -> int:
         """The control plane's timers, retention, ``flush.ms``/``flush.messages``,
-        recovery-point checkpoints and ISR shrink checks; returns the wall time at
+        recovery-point checkpoints, ISR shrink checks, the group coordinators'
+        timers and a slice of log cleaning; returns the wall time at
         which to call again. A partition whose log fails is skipped (the log takes
         itself offline) and reported in ``take_storage_errors``."""
         self._now_ms = now_ms
@@ -477,10 +504,15 @@ class BrokerNode:
         if now_ms >= self._next_isr_check_ms:
             self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
             self.check_isr(now_ms=now_ms)
+        groups_deadline = self.groups.poll(now_ms=now_ms)
+        cleaner_deadline = self.log_cleaner.poll(
+            {tp: (p.log, p.high_watermark) for tp, p in self.partitions.items() if not p.log.is_offline},
+            now_ms=now_ms)
         self._after(now_ms)
         deadlines = [self._next_retention_ms, self._next_checkpoint_ms, self._next_isr_check_ms,
                      now_ms + 1000, control_deadline]
-        for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms):
+        for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms, groups_deadline,
+                      cleaner_deadline):
             if extra is not None:
                 deadlines.append(extra)
         return max(now_ms, min(deadlines))
@@ -508,6 +540,9 @@ class BrokerNode:
         """Follower cuts below the high watermark since the last call, for the shell to log."""
         cuts, self._unclean_truncations = self._unclean_truncations, []
         return cuts
+
+    def report_storage_error(self, tp: TopicPartition, err: MqError) -> None:
+        self._storage_errors.append((tp, err))
 
     def take_storage_errors(self) -> list[tuple[TopicPartition, MqError]]:
         errors, self._storage_errors = self._storage_errors, []

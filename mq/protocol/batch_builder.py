@@ -22,11 +22,13 @@ import msgpack
 from mq.core.types import CompressionType
 from mq.protocol.batch_format import (
     BODY_HEADER,
+    CODEC_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
     PREFIX,
     TRANSACTIONAL_BIT,
+    BatchHeader,
 )
 from mq.protocol.compression import codec_of, compress
 
@@ -271,3 +273,32 @@ def build_batch(
     for key, value, headers, timestamp_ms in records:
         append(timestamp_ms, key, value, headers)
     return builder.build()
+
+
+def rebuild_batch(
+    header: BatchHeader,
+    records: Sequence[tuple[int, int, bytes | None, bytes | None, Sequence[Header]]],
+) -> bytes:
+    """A batch holding ``records`` — ``(offset, timestamp, key, value, headers)``, some of
+    the records of the batch ``header`` belongs to, in offset order, possibly none —
+    that keeps every field of ``header`` except ``record_count`` and the CRC: base
+    offset and last offset delta (so offsets stay where they were: what log compaction
+    leaves is holes inside a batch, and an empty batch still ends where it did),
+    partition leader epoch, attributes (codec, timestamp type, transactional,
+    control), first and max timestamps, producer id, epoch and base sequence. Offset
+    deltas may skip values; the decoder accepts any increasing deltas."""
+    base, first = header.base_offset, header.first_timestamp
+    payload = msgpack.packb(
+        [(offset - base, timestamp - first, key, value, tuple(headers))
+         for offset, timestamp, key, value, headers in records],
+        use_bin_type=True,
+    )
+    payload = compress(codec_of(header.attributes & CODEC_MASK), payload)
+    body = BODY_HEADER.pack(
+        header.attributes, header.last_offset_delta, first, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, len(records),
+    )
+    crc = crc32c.crc32c(payload, crc32c.crc32c(body))
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    prefix = PREFIX.pack(base, batch_length, header.partition_leader_epoch, MAGIC, crc)
+    return b"".join((prefix, body, payload))

@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from mq.core.errors import ErrorCode
-from mq.protocol.batch_builder import BatchBuilder, build_batch
+from mq.protocol.batch_builder import BatchBuilder, build_batch, rebuild_batch
 from mq.protocol.batch_format import (
     CODEC_MASK,
     HEADER_SIZE,
@@ -46,7 +46,7 @@ __all__ = [
     "HEADER_SIZE", "LOG_OVERHEAD", "MAGIC", "BatchBuilder", "BatchHeader", "Record",
     "RecordColumns", "RecordTuple", "build_batch", "compute_crc", "crc_ok",
     "decode_record_columns", "decode_record_tuples",
-    "decode_records", "iter_batches", "iter_records", "read_header", "set_base_offset",
+    "decode_records", "iter_batches", "iter_records", "read_header", "rebuild_batch", "set_base_offset",
     "set_log_append_time", "set_partition_leader_epoch", "valid_prefix",
 ]
 

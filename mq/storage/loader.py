@@ -12,6 +12,8 @@ Kafka's LogLoader, reduced to its rules:
 - The active segment is exempt when a hop over its headers from the last index
   entry ends exactly at the end of the file at an offset ≤ the recovery point (a
   clean shutdown): opening is then O(1) in the log size.
+- A log cleaner swap cut short by a crash is finished or rolled back first (see
+  ``mq.storage.swap``).
 - Segments below the recovery point are trusted and opened lazily; their indexes
   are checked when first used and rebuilt if missing or malformed. Their bytes are
   still CRC-checked on every read (see ``LogSegment.read``).
@@ -31,6 +33,7 @@ from mq.storage.checkpoint import (
 )
 from mq.storage.fileio import FileIO
 from mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from mq.storage.swap import recover_swaps
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ def load_log(
     recovery_point: int | None,
 ) -> LoadedLog:
     fileio.makedirs(directory)
+    recover_swaps(fileio, directory)
     bases = _scan_directory(fileio, directory)
     checkpointed_recovery_point = read_checkpoint(fileio, directory, RECOVERY_POINT_FILE)
     if recovery_point is None:

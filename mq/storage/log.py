@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TypeVar
@@ -31,9 +31,11 @@ from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, CleanupPolicy
 from mq.storage.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, write_checkpoint
+from mq.storage.cleaner_checkpoint import truncate_cleaner_checkpoint
 from mq.storage.fileio import FileIO
 from mq.storage.loader import load_log
 from mq.storage.segment import LogCorruptedError, LogSegment
+from mq.storage.swap import swap_in
 from mq.storage.validator import (
     LogAppendInfo,
     ValidatedRecords,
@@ -342,6 +344,7 @@ class Log:
         # Persist at once: a stale, higher recovery point would let recovery skip
         # the new bytes written where the old ones were.
         self._write_checkpoints()
+        truncate_cleaner_checkpoint(self.fileio, self.directory, active_base=self._segments[-1].base_offset)
 
     @_storage_errors
     def delete_records(self, offset: int) -> int:
@@ -415,6 +418,19 @@ class Log:
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self._dir_dirty = True
         return len(doomed)
+
+    @_storage_errors
+    def replace_segments(self, old: Sequence[LogSegment], *, created_ms: int) -> LogSegment:
+        """Swap the consecutive inactive segments ``old`` for the log cleaner's output:
+        the segment at ``old[0]``'s base offset written under the ``.cleaned`` suffix,
+        fsynced and closed. Crash-safe (``mq.storage.swap``); returns the new segment."""
+        segments = self._segments
+        i = next((n for n, s in enumerate(segments) if s is old[0]), -1)
+        if i < 0 or i + len(old) >= len(segments) or any(a is not b for a, b in zip(segments[i:], old)):
+            raise MqError(ErrorCode.UNKNOWN_SERVER_ERROR, "the segments to replace are not in the log")
+        new = swap_in(self.fileio, self.directory, old, self._config, created_ms=created_ms)
+        segments[i : i + len(old)] = [new]
+        return new
 
     # ---- durability
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
+from mq.core.types import CleanupPolicy
 from mq.protocol.errors import ProtocolError
 from mq.protocol.record_batch import HEADER_SIZE, BatchHeader, crc_ok, decode_records, read_header
 from mq.storage.fileio import FileHandle, FileIO
@@ -57,18 +58,21 @@ class LogSegment:
 
     def __init__(
         self, fileio: FileIO, directory: str, base_offset: int, config: TopicConfig, *,
-        created_ms: int,
+        created_ms: int, file_suffix: str = "",
     ) -> None:
+        """``file_suffix`` follows each file name (``.cleaned``: the log cleaner's output
+        before it is swapped in, see ``mq.storage.swap``)."""
         self.fileio = fileio
         self.base_offset = base_offset
         prefix = posixpath.join(directory, segment_name(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
+        self.log_path = prefix + LOG_SUFFIX + file_suffix
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index = OffsetIndex(
-            fileio, prefix + INDEX_SUFFIX, base_offset, max_entries=config.segment_index_bytes // 8
+            fileio, prefix + INDEX_SUFFIX + file_suffix, base_offset,
+            max_entries=config.segment_index_bytes // 8,
         )
         self.time_index = TimeIndex(
-            fileio, prefix + TIME_INDEX_SUFFIX, base_offset,
+            fileio, prefix + TIME_INDEX_SUFFIX + file_suffix, base_offset,
             max_entries=config.segment_index_bytes // 12,
         )
         self.created_ms = created_ms
@@ -84,10 +88,11 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, fileio: FileIO, directory: str, base_offset: int, config: TopicConfig, *, now_ms: int
+        cls, fileio: FileIO, directory: str, base_offset: int, config: TopicConfig, *, now_ms: int,
+        file_suffix: str = "",
     ) -> LogSegment:
         """A new empty segment (stale files of the same name are emptied)."""
-        segment = cls(fileio, directory, base_offset, config, created_ms=now_ms)
+        segment = cls(fileio, directory, base_offset, config, created_ms=now_ms, file_suffix=file_suffix)
         if segment._size:
             segment._handle.truncate(0)
             segment._size = 0
@@ -284,8 +289,9 @@ class LogSegment:
         self, config: TopicConfig, *, incoming_bytes: int, max_timestamp: int, last_offset: int,
         now_ms: int,
     ) -> bool:
-        """Kafka's roll rules: size, age (segment.ms, from the first batch's timestamp),
-        a full index, or offsets too far from the base for a 32-bit relative offset."""
+        """Kafka's roll rules: size, age (segment.ms, or max.compaction.lag.ms when
+        compacted and shorter; from the first batch's timestamp), a full index, or
+        offsets too far from the base for a 32-bit relative offset."""
         if last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
             return True
         if self._size == 0:
@@ -294,7 +300,17 @@ class LogSegment:
             return True
         if self.offset_index.is_full or self.time_index.is_full:
             return True
-        return self.age_ms(now_ms, max_timestamp) > config.segment_ms
+        max_age = config.segment_ms
+        if config.cleanup_policy != CleanupPolicy.DELETE:
+            # Kafka (KIP-354): the active segment is never cleaned, so it rolls in time
+            # for its records to be compacted within max.compaction.lag.ms.
+            max_age = min(max_age, config.max_compaction_lag_ms)
+        return self.age_ms(now_ms, max_timestamp) > max_age
+
+    @property
+    def first_batch_timestamp(self) -> int | None:
+        """max_timestamp of the first batch (None when empty or unreadable)."""
+        return self._first_batch_timestamp()
 
     def age_ms(self, now_ms: int, incoming_timestamp: int) -> int:
         rolling = self._first_batch_timestamp()

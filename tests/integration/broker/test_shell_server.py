@@ -43,7 +43,7 @@ class ScriptedNode:
         self.shut = False
 
     # requests
-    def handle(self, header: RequestHeader, request: Request, *, now_ms: int) -> Response | None:
+    def handle(self, header: RequestHeader, request: Request, *, now_ms: int, client_host: str = "") -> Response | None:
         self.handled.append(header.api_key)
         if header.api_key == ApiKey.RAFT:
             if not request.payload:  # type: ignore[attr-defined]
