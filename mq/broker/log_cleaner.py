@@ -8,7 +8,8 @@ grabFilthiestCompactedLog): the largest dirty ratio among the logs whose ratio i
 at least ``min.cleanable.dirty.ratio``, whose oldest dirty record is older than
 ``max.compaction.lag.ms``, or that hold tombstones past their delete horizon. A pass
 then advances by at most ``log.cleaner.io.max.bytes.per.poll`` bytes read per call
-(at least one batch), so one poll never stalls the event loop for long; produce
+(at least one batch; and about ``MAX_BATCHES_PER_POLL`` batches), so one poll never
+stalls the event loop for long; produce
 goes on meanwhile (it appends to the active segment, which is never cleaned). A
 pass whose log changed under it (truncated, retention, deleted, taken offline, no
 longer compacted) is abandoned; a pass that fails (I/O error, corrupt batch) is
@@ -26,8 +27,12 @@ from mq.core.types import TopicPartition
 from mq.storage.cleaner import LogCleaning, cleanable_log, is_compacted
 from mq.storage.log import Log
 
-__all__ = ["LastClean", "LogCleanerManager"]
+__all__ = ["MAX_BATCHES_PER_POLL", "LastClean", "LogCleanerManager"]
 
+MAX_BATCHES_PER_POLL = 500
+"""Also stop a poll's work after the read that reaches this many batches: decoding costs
+about 80 µs per batch, so a poll holds the event loop for some 40 ms at most, even over
+``__consumer_offsets``' one-record batches."""
 
 @dataclass(frozen=True, slots=True)
 class LastClean:
@@ -87,7 +92,8 @@ class LogCleanerManager:
             return now_ms
         read_before = cleaning.stats.bytes_read
         try:
-            finished = cleaning.step(self.config.log_cleaner_io_max_bytes_per_poll, now_ms=now_ms)
+            finished = cleaning.step(self.config.log_cleaner_io_max_bytes_per_poll, now_ms=now_ms,
+                                     max_batches=MAX_BATCHES_PER_POLL)
         except (OSError, MqError) as exc:
             self._abandon(exc, now_ms)
             return now_ms

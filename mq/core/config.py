@@ -238,7 +238,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("offsets.commit.timeout.ms", int, 5000, "An offset commit waits this long for the offsets topic's replicas.", _at_least(1)),
     _key("log.cleaner.enable", bool, True, "Run the log cleaner (compaction of cleanup.policy=compact topics).", None),
     _key("log.cleaner.backoff.ms", int, 15_000, "How long the cleaner sleeps when no log is cleanable.", _at_least(0)),
-    _key("log.cleaner.io.max.bytes.per.poll", int, 8 * MIB, "Bytes the cleaner reads per step, so one step never holds up produce for long.", _at_least(1024)),
+    _key("log.cleaner.io.max.bytes.per.poll", int, MIB, "Bytes the cleaner reads per step, so one step never holds up produce for long.", _at_least(1024)),
     _key("controller.quorum.voters", _quorum_voters, "", "The metadata quorum's voters (empty: single node).", (_voters_ok, "id@host:port, comma-separated")),
     _key("controller.quorum.election.timeout.ms", int, 1000, "Base Raft election timeout; each node randomizes within [t, 2t).", _at_least(1)),
     _key("controller.quorum.fetch.timeout.ms", int, 2000, "A follower that hears nothing from the leader this long starts an election; a leader without fetches from a majority this long resigns.", _at_least(1)),
@@ -291,7 +291,7 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
-    log_cleaner_io_max_bytes_per_poll: int = 8 * MIB
+    log_cleaner_io_max_bytes_per_poll: int = MIB
     controller_quorum_voters: str = ""
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000

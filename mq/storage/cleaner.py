@@ -48,12 +48,13 @@ from mq.storage.swap import CLEANED_SUFFIX, remove_cleaned
 
 __all__ = ["CleanStats", "CleanableLog", "LogCleaning", "clean_now", "cleanable_log", "is_compacted"]
 
-READ_CHUNK_BYTES = 1 << 20
+READ_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
 class CleanStats:
     bytes_read: int = 0
+    batches_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0
     batches_rewritten: int = 0
@@ -129,11 +130,16 @@ class LogCleaning:
 
     # ---- work
 
-    def step(self, budget: int, *, now_ms: int) -> bool:
-        """Read about ``budget`` bytes (at least one batch) of the pass; True when the
-        pass is finished (its result swapped in and checkpointed)."""
+    def step(self, budget: int, *, now_ms: int, max_batches: int | None = None) -> bool:
+        """Read about ``budget`` bytes (at least one batch) of the pass, and stop after
+        the chunk that reaches ``max_batches`` batches (small batches cost CPU per
+        batch, not per byte); True when the pass is finished (its result swapped in
+        and checkpointed)."""
         used = 0
+        batches_before = self.stats.batches_read
         while not self.done and (used < budget or used == 0):
+            if max_batches is not None and self.stats.batches_read - batches_before >= max_batches:
+                break
             if self._mapping:
                 used += self._map_some(max(1, budget - used))
             else:
@@ -149,6 +155,7 @@ class LogCleaning:
         data = found[0]
         view = memoryview(data)
         batches = [(header, view[pos : pos + header.size]) for pos, header in iter_batches(data)]
+        self.stats.batches_read += len(batches)
         return _Chunk(len(data), batches, batches[-1][0].next_offset)
 
     def _map_some(self, budget: int) -> int:

@@ -174,3 +174,13 @@ def test_a_failing_log_is_reported_and_skipped_for_a_backoff() -> None:
     assert not log.is_offline
     manager.poll(logs, now_ms=NOW + 1)
     assert manager.cleaning is None
+
+
+def test_small_batches_are_bounded_by_count_too() -> None:
+    fs = MemoryFileIO()
+    log = _log(fs, "a-0", 3000, keys=3, segment_bytes=1 << 20)
+    log.append_as_leader(build_batch([(b"x", b"y", (), NOW)]), leader_epoch=1, now_ms=NOW)
+    log.roll(NOW)
+    manager = _manager()  # 8 MiB per poll: all of it, but for the batch cap
+    polls = _run(manager, {A: (log, log.log_end_offset)})
+    assert polls >= 2 and manager.cleaner_runs_total == 1

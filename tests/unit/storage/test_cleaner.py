@@ -311,3 +311,16 @@ def test_bounded_steps_and_a_changed_log_is_abandoned() -> None:
     assert not [p for p in other.fileio.files if p.endswith(".cleaned")]  # type: ignore[attr-defined]
     assert CLEANER_CHECKPOINT_FILE  # nothing checkpointed by the abandoned pass
     assert read_cleaner_checkpoint(other.fileio, DIR).first_dirty_offset == 0
+
+
+def test_an_unreadable_cleaner_checkpoint_means_all_dirty() -> None:
+    log = open_compacted()
+    fill(log, 40, keys=4, tombstone_every=4)
+    log.roll(NOW)
+    _clean(log)
+    path = f"{DIR}/{CLEANER_CHECKPOINT_FILE}"
+    log.fileio.files[path].data[:] = b"garbage"  # type: ignore[attr-defined]
+    found = cleanable_log(log, high_watermark=40, now_ms=NOW)
+    assert found.first_dirty_offset == 0 and found.checkpoint.horizons == ()
+    _clean(log, now=NOW + 5000)  # tombstones get a fresh horizon instead of going at once
+    assert [r.value for r in read_all(log)].count(None) > 0
