@@ -47,6 +47,8 @@ POLL_AFTER_PEER_EVENT_MS = 10
 """A peer's answer or Raft message may move the node's next deadline earlier (a new
 election or fetch timer); the node has no cheap "next deadline" query, so ``poll``
 runs again at most this long after such an event (coalesced: at most one per period)."""
+MAX_CLEANER_ERRORS_REMEMBERED = 1000
+"""Distinct log cleaner failures remembered so their repeats are not logged again."""
 
 
 def before_produce_response(response: Response) -> Response:
@@ -75,6 +77,7 @@ class BrokerServer:
         self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poll_timer: asyncio.TimerHandle | None = None
+        self._poll_when = 0.0
         self._shutting_down = False
         self._stopping = False
         self.peers: PeerNetwork | None = None
@@ -83,6 +86,7 @@ class BrokerServer:
         self.shutdown_done = asyncio.Event()
         """Set once ``node.shutdown_complete`` after ``begin_shutdown``."""
         self.address: tuple[str, int] | None = None
+        self._cleaner_errors_seen: set[tuple[str, str]] = set()
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self._loop = asyncio.get_running_loop()
@@ -243,8 +247,26 @@ class BrokerServer:
             deadline_ms = wall + MAX_POLL_INTERVAL_MS
         for tp, err in self.node.take_storage_errors():
             log.error("log_offline partition=%s code=%s reason=%r", tp, err.code.name, err.message)
+        self._log_cleaner_errors()
         self.after_requests()
         self._schedule_poll(deadline_ms)
+
+    def _log_cleaner_errors(self) -> None:
+        """A failed cleaning pass is one WARNING line. The cleaner skips that log for
+        ``log.cleaner.backoff.ms`` and tries again (the log stays online and served), so
+        the same failure comes back every backoff: logged once, its repeats at DEBUG."""
+        cleaner = getattr(self.node, "log_cleaner", None)  # test doubles of the node have none
+        if cleaner is None:
+            return
+        for tp, reason in cleaner.take_errors():
+            key = (str(tp), reason)
+            if key in self._cleaner_errors_seen:
+                log.debug("log_cleaner_error tp=%s reason=%r (again)", tp, reason)
+                continue
+            if len(self._cleaner_errors_seen) >= MAX_CLEANER_ERRORS_REMEMBERED:
+                self._cleaner_errors_seen.clear()
+            self._cleaner_errors_seen.add(key)
+            log.warning("log_cleaner_error tp=%s reason=%r", tp, reason)
 
     def _poll_soon(self) -> None:
         self._schedule_poll(self.clock.wall_ms() + POLL_AFTER_PEER_EVENT_MS)
@@ -256,10 +278,11 @@ class BrokerServer:
         delay_ms = min(max(deadline_ms - self.clock.wall_ms(), 1), MAX_POLL_INTERVAL_MS)
         when = self._loop.time() + delay_ms / 1000
         if self._poll_timer is not None:
-            if self._poll_timer.when() <= when:
+            if self._poll_when <= when:  # (uvloop's handle for a sub-ms delay has no when())
                 return
             self._poll_timer.cancel()
         self._poll_timer = self._loop.call_at(when, self._poll)
+        self._poll_when = when
 
     def _sweep_interval(self) -> float:
         ms = min(1000, self.config.request_read_timeout_ms // 4, self.config.connections_max_idle_ms // 4)

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from mq.cli import bench, broker_ctl, consume, dump_log, local, produce, topic
+from mq.cli import bench, broker_ctl, consume, dump_log, group, local, produce, records_cmd, topic
 from mq.cli.common import CliError, Parser, bootstrap_of, debug, explain, print_error
 
 DESCRIPTION = """\
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     topic.register(sub)
     produce.register(sub)
     consume.register(sub)
+    group.register(sub)
+    records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)
     return parser

@@ -14,12 +14,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mq.client.cluster import ClusterClient
+from mq.client.group_admin import (
+    GroupAdmin,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    PartitionLag,
+)
 from mq.client.internals.metadata import needs_metadata_refresh
+from mq.client.results import OffsetAndMetadata
 from mq.core.clock import Clock
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
 from mq.protocol import messages as m
 
+__all__ = ["Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing",
+           "MemberDescription", "NewTopic", "OffsetInfo", "PartitionDescription", "PartitionLag",
+           "TopicDescription", "list_offsets"]
 
 @dataclass(frozen=True)
 class NewTopic:
@@ -176,6 +187,7 @@ class Admin:
                                      request_timeout_ms=request_timeout_ms,
                                      retry_backoff_ms=retry_backoff_ms, clock=clock, seed=seed)
         self.request_timeout_ms = request_timeout_ms
+        self._groups = GroupAdmin(self._client, request_timeout_ms=request_timeout_ms)
 
     async def start(self) -> None:
         await self._client.refresh_metadata()
@@ -319,6 +331,31 @@ class Admin:
                     for t in response.topics for p in t.partitions}
 
         return await _by_leader(self._client, list(offsets), build, parse, self.request_timeout_ms)
+
+    # ------------------------------------------------------------------ consumer groups
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every consumer group of the cluster (each broker lists those it coordinates)."""
+        return await self._groups.list_groups()
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """State, assignor, generation, coordinator and members (GROUP_ID_NOT_FOUND if none)."""
+        return await self._groups.describe_group(group_id)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        """Delete empty groups with their offsets: per group NONE, NON_EMPTY_GROUP or GROUP_ID_NOT_FOUND."""
+        return await self._groups.delete_groups(group_ids)
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return await self._groups.list_group_offsets(group_id)
+
+    async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set committed offsets (the group must have no active members)."""
+        await self._groups.alter_group_offsets(group_id, offsets)
+
+    async def group_lag(self, group_id: str) -> list[PartitionLag]:
+        """Per partition: owning member, committed offset, log end, lag in records and seconds."""
+        return await self._groups.group_lag(group_id)
 
     # ------------------------------------------------------------------ cluster
 

@@ -27,13 +27,14 @@ from mq.client import admin as _admin
 from mq.client import consumer as _consumer
 from mq.client import producer as _producer
 from mq.client.internals.fetcher import ConsumerRecord
-from mq.client.results import RecordMetadataList
+from mq.client.results import GroupMetadata, OffsetAndMetadata, RecordMetadataList
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import RecordMetadata, TopicPartition
 
 T = TypeVar("T")
 
-__all__ = ["Admin", "Consumer", "ConsumerRecord", "Producer", "RecordMetadata"]
+__all__ = ["Admin", "Consumer", "ConsumerRecord", "GroupMetadata", "OffsetAndMetadata", "Producer",
+           "RecordMetadata"]
 
 
 def _start_real_thread(target: Callable[[], None], name: str) -> None:
@@ -259,6 +260,45 @@ class Consumer(_Blocking):
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self._runner.call(self._client.highwater, tp)
+
+    # consumer groups (rebalance callbacks run on the loop thread, inside poll/close: they
+    # must not call this blocking consumer; use the asyncio one passed around instead)
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None) -> None:
+        topics = None if topics is None else [topics] if isinstance(topics, str) else list(topics)
+        self._runner.call(self._client.subscribe, topics, pattern=pattern)
+
+    def subscription(self) -> list[str] | str | None:
+        return self._runner.call(self._client.subscription)
+
+    def unsubscribe(self) -> None:
+        self._runner.call(self._client.unsubscribe)
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+               *, timeout_ms: int | None = None) -> None:
+        offsets = dict(offsets) if offsets is not None else None
+        self._run(self._client.commit(offsets, timeout_ms=timeout_ms))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+                     *, callback: Callable[..., Any] | None = None) -> concurrent.futures.Future:
+        """Returns a ``concurrent.futures.Future``; ``callback(offsets, error)`` runs on the
+        loop thread."""
+        offsets = dict(offsets) if offsets is not None else None
+
+        async def commit() -> None:
+            await self._client.commit_async(offsets, callback=callback)
+
+        return self._runner.submit(commit())
+
+    def committed(self, tps: Iterable[TopicPartition], *, timeout_ms: int | None = None
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return self._run(self._client.committed(list(tps), timeout_ms=timeout_ms))
+
+    def group_metadata(self) -> GroupMetadata:
+        return self._runner.call(self._client.group_metadata)
+
+    def metrics(self) -> dict[str, Any]:
+        return self._runner.call(self._client.metrics)
 
     @property
     def gaps(self) -> list[_consumer.OffsetGap]:

@@ -64,6 +64,12 @@ class ClusterClient:
         self._refresh: asyncio.Task | None = None
         self._soon: asyncio.Task | None = None  # a refresh waiting out the backoff
         self.listeners: list[Callable[[], None]] = []  # called on metadata change / connect
+        # Nodes learned outside metadata (FindCoordinator answers with the coordinator's
+        # address, which may be newer than this client's metadata).
+        self.extra_nodes: dict[int, Address] = {}
+        # lane -> request timeout (a JoinGroup parks at the coordinator for up to the
+        # rebalance timeout, far longer than request_timeout_ms)
+        self.lane_timeouts_ms: dict[str, int] = {}
         self.closed = False
 
     def now_ms(self) -> int:
@@ -77,7 +83,13 @@ class ClusterClient:
 
     def address_of(self, node_id: int) -> Address | None:
         node = self.metadata.node(node_id)
-        return (node.host, node.port) if node is not None else None
+        if node is not None:
+            return (node.host, node.port)
+        return self.extra_nodes.get(node_id)
+
+    def add_node(self, node_id: int, host: str, port: int) -> None:
+        """Make ``node_id`` reachable before metadata lists it (a FindCoordinator answer)."""
+        self.extra_nodes[node_id] = (host, port)
 
     def backoff_remaining_ms(self, address: Address) -> int:
         entry = self._backoff.get(address)
@@ -124,7 +136,7 @@ class ClusterClient:
         try:
             conn = await BrokerConnection.open(
                 node_id, address[0], address[1], client_id=self.client_id,
-                request_timeout_ms=self.request_timeout_ms,
+                request_timeout_ms=self.lane_timeouts_ms.get(key[1], self.request_timeout_ms),
                 connect_timeout_ms=self.connect_timeout_ms)
         except MqError:
             previous = self._backoff.get(address, (0, self.reconnect_backoff_ms // 2))[1]
@@ -270,8 +282,8 @@ class ClusterClient:
 
     # ------------------------------------------------------------------ requests
 
-    async def request(self, node_id: int, request: Request) -> Response:
-        conn = await self.connection(node_id)
+    async def request(self, node_id: int, request: Request, *, lane: str = "") -> Response:
+        conn = await self.connection(node_id, lane=lane)
         return await conn.request(request)
 
     async def request_any(self, request: Request) -> Response:

@@ -14,18 +14,25 @@ abandons that fetch connection (its answer would be discarded anyway, and the ne
 fetch would queue behind it), and every seek wakes a pending ``poll``. An assigned
 partition with no known leader makes ``poll`` ask for metadata, and the answer wakes it.
 
-Consumer groups (``subscribe``, commits) arrive in a later issue; they will set the
-assignment and initial positions through the same ``SubscriptionState``.
+Consumer groups: with a ``group_id``, ``subscribe`` hands partition assignment to the
+group coordinator; ``mq.client.group_consumer.GroupClient`` runs the membership (joins,
+heartbeats, rebalance callbacks, commits) and sets the assignment and initial positions
+through the same ``SubscriptionState``. ``assign`` and ``subscribe`` exclude each other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from mq.client.cluster import FETCH_LANE, ClusterClient
+from mq.client.group_consumer import CommitCallback, GroupClient, Listener
 from mq.client.internals.fetcher import ConsumerRecord, Fetcher, OffsetGap, SentFetch
+from mq.client.internals.group_membership import ConsumerCoordinator
+from mq.client.internals.offset_commit import GroupMetadata, OffsetAndMetadata
 from mq.client.internals.subscription import OffsetResetStrategy, SubscriptionState
 from mq.core.clock import Clock
 from mq.core.errors import ErrorCode, MqError
@@ -49,6 +56,12 @@ class Consumer:
                  auto_offset_reset: str = "latest", check_crcs: bool = True,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  metadata_max_age_ms: int = 300_000, client_id: str = "mq-consumer",
+                 group_id: str | None = None, group_instance_id: str | None = None,
+                 assignor: str | Sequence[str] = "range", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
+                 heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
+                 rebalance_timeout_ms: int | None = None, on_assign: Listener | None = None,
+                 on_revoke: Listener | None = None, on_lost: Listener | None = None,
                  clock: Clock | None = None, seed: int | None = None) -> None:
         try:
             reset = OffsetResetStrategy(auto_offset_reset)
@@ -73,7 +86,19 @@ class Consumer:
         # node -> its fetch in flight (a seek may abandon it before it answers)
         self._fetches: dict[int, tuple[asyncio.Future, SentFetch]] = {}
         self._closed = False
+        self._manual = False  # assign() in use (excludes subscribe)
         self.cluster.listeners.append(self._wakeup)
+        self._group: GroupClient | None = None
+        if group_id is not None:
+            core = ConsumerCoordinator(
+                group_id, now_ms=self.cluster.now_ms(), group_instance_id=group_instance_id,
+                assignors=assignor, session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms or max_poll_interval_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms, retry_backoff_ms=retry_backoff_ms)
+            self._group = GroupClient(self, core, enable_auto_commit=enable_auto_commit,
+                                      auto_commit_interval_ms=auto_commit_interval_ms,
+                                      on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -92,9 +117,13 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        if self._lookup_task is not None:
-            self._lookup_task.cancel()
-        await self.cluster.close()
+        try:
+            if self._group is not None:
+                await self._group.close()
+        finally:
+            if self._lookup_task is not None:
+                self._lookup_task.cancel()
+            await self.cluster.close()
 
     def _wakeup(self) -> None:
         if self._event is not None:
@@ -110,12 +139,95 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing any previous assignment)."""
         tps = [tp if isinstance(tp, TopicPartition) else TopicPartition(*tp) for tp in partitions]
+        if self._group is not None and self._group.core.subscribed:
+            raise MqError(ErrorCode.INVALID_CONFIG,
+                          "assign() cannot be used while subscribed to topics (subscribe() and "
+                          "assign() are mutually exclusive); call unsubscribe() first")
+        self._manual = bool(tps)
         self.subscriptions.assign(tps)
         if self.cluster.metadata.add_topics(*self.subscriptions.topics()):
             self._wakeup()
 
     def assignment(self) -> list[TopicPartition]:
         return self.subscriptions.assigned()
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def _require_group(self, what: str) -> GroupClient:
+        if self._group is None:
+            raise MqError(ErrorCode.INVALID_CONFIG, f"{what} needs a group_id (Consumer(group_id=...))")
+        return self._group
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None) -> None:
+        """Let the group coordinator assign partitions of ``topics`` (or of every topic whose
+        name fully matches the regular expression ``pattern``); the next ``poll`` joins."""
+        group = self._require_group("subscribe()")
+        if self._manual:
+            raise MqError(ErrorCode.INVALID_CONFIG,
+                          "subscribe() cannot be used after assign() (subscribe() and assign() "
+                          "are mutually exclusive); call unsubscribe() first")
+        if isinstance(topics, str):
+            topics = [topics]
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise MqError(ErrorCode.INVALID_CONFIG, f"pattern {pattern!r} is not a regular "
+                                                        f"expression: {exc}") from None
+        if group.core.subscribe(None if topics is None else list(topics), pattern=pattern):
+            self._wakeup()
+
+    def subscription(self) -> list[str] | str | None:
+        """The subscribed topics, the pattern, or None."""
+        if self._group is None or not self._group.core.subscribed:
+            return None
+        core = self._group.core
+        return core.pattern if core.pattern is not None else list(core.topics)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (after ``on_revoke``) and drop any assignment, manual or not."""
+        self._manual = False
+        if self._group is not None and self._group.core.subscribed:
+            self._group.unsubscribe()
+        else:
+            self.subscriptions.assign([])
+        self._wakeup()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+                     *, timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` (default: every position — the next record to read) and wait.
+        Raises ``MqError`` (e.g. ILLEGAL_GENERATION: this member was removed from the group)."""
+        await self._require_group("commit()").commit(offsets, timeout_ms=timeout_ms)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+                     *, callback: CommitCallback | None = None) -> asyncio.Future:
+        """Commit without waiting: returns a future; ``callback(offsets, error)`` when done."""
+        return self._require_group("commit_async()").commit_async(offsets, callback=callback)
+
+    async def committed(self, tps: Iterable[TopicPartition], *, timeout_ms: int | None = None
+                        ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets of ``tps`` (None: nothing committed)."""
+        return await self._require_group("committed()").committed(tps, timeout_ms=timeout_ms)
+
+    def group_metadata(self) -> GroupMetadata:
+        return self._require_group("group_metadata()").metadata()
+
+    def metrics(self) -> dict[str, Any]:
+        """Per-partition ``records_lag`` (high watermark − position, as Kafka's consumer
+        reports it) and ``records_lag_max``; group membership when in a group."""
+        lags: dict[TopicPartition, int] = {}
+        for tp, st in self.subscriptions.states.items():
+            if st.high_watermark >= 0 and st.position is not None:
+                lags[tp] = max(0, st.high_watermark - st.position)
+        out: dict[str, Any] = {"assigned_partitions": len(self.subscriptions.states),
+                               "records_lag": lags,
+                               "records_lag_max": max(lags.values(), default=0)}
+        if self._group is not None:
+            core = self._group.core
+            out.update(group_id=core.group_id, member_id=core.member_id,
+                       generation_id=core.generation_id, member_state=core.state.value,
+                       assignor=core.protocol)
+        return out
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """The next poll returns ``tp``'s records from ``offset`` on."""
@@ -173,6 +285,8 @@ class Consumer:
                 return st.position
             if self.cluster.now_ms() >= deadline:
                 raise MqError(ErrorCode.REQUEST_TIMED_OUT, f"position of {tp} not resolved in time")
+            if self._group is not None:
+                self._group.start_committed_fetch()
             self._start_lookups()
             await self._wait(min(deadline, self.cluster.now_ms() + 100))
 
@@ -207,7 +321,10 @@ class Consumer:
         limit = max_records or self.max_poll_records
         deadline = self.cluster.now_ms() + timeout_ms
         event = self._ensure_event()
+        group = self._group
         while True:
+            if group is not None:
+                await group.maintain()
             error = self.subscriptions.take_error()
             if error is not None:
                 raise error
@@ -225,6 +342,8 @@ class Consumer:
             # A fetch held back by a reconnect backoff is retried after the backoff.
             wake_at = min(deadline, now + self.cluster.metadata.retry_backoff_ms) if deferred \
                 else deadline
+            if group is not None:
+                wake_at = min(wake_at, group.wake_at_ms(now) or wake_at)
             await self._wait(wake_at, event)
 
     async def _wait(self, deadline_ms: int, event: asyncio.Event | None = None) -> None:

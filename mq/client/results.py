@@ -4,6 +4,11 @@ result list of ``send_many``.
 A ``RecordFuture`` is (batch, index in batch, timestamp): awaiting it awaits the
 batch's single asyncio future and computes ``RecordMetadata(offset = base_offset +
 index)``. Resolving a batch of 1,000 records therefore sets one future, not 1,000.
+
+Consumer groups' values live in the sans-IO ``internals.offset_commit`` (the cores use
+them) and are re-exported here: ``OffsetAndMetadata(offset, metadata="",
+leader_epoch=-1)`` (offset = next record to read) and ``GroupMetadata(group_id,
+generation_id, member_id, group_instance_id)``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,11 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from mq.client.internals.accumulator import ProducerBatch
+from mq.client.internals.offset_commit import GroupMetadata, OffsetAndMetadata
 from mq.core.types import RecordMetadata
+
+__all__ = ["GroupMetadata", "OffsetAndMetadata", "PendingRecordFuture", "RecordFuture",
+           "RecordMetadataList"]
 
 
 class RecordFuture(tuple):

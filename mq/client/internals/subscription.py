@@ -1,16 +1,18 @@
 """SubscriptionState: which partitions a consumer reads, and where it is in each.
 
 A partition's *position* is the offset of the next record ``poll`` will return.
-A position may be unknown: right after ``assign`` (no committed offsets until groups
-arrive), after ``seek_to_beginning/end/timestamp``, or after OFFSET_OUT_OF_RANGE under
+A position may be unknown: right after ``assign``, after ``seek_to_beginning/end/timestamp``, or after OFFSET_OUT_OF_RANGE under
 an ``earliest``/``latest`` reset policy. Such a partition carries a pending *offset
 lookup* (a ListOffsets timestamp: -2 earliest, -1 latest, or a time in ms) that the
 consumer resolves before fetching it. ``seek_epoch`` grows with every seek so that a
 fetch sent before the seek cannot move the position afterwards.
 
 Assignment is kept in the order given (never set order), so fetches and polls visit
-partitions deterministically. A later issue adds group-managed assignment on top of
-``assign``; nothing here assumes manual assignment.
+partitions deterministically. A consumer group assigns partitions through the same
+``assign`` with ``awaiting_committed=True``: a new partition then waits for its
+committed offset (OffsetFetch) and falls back to the reset policy when there is none.
+A partition removed and later assigned again starts with a ``seek_epoch`` above its old
+one, so nothing fetched for its previous incarnation is ever returned.
 """
 
 from __future__ import annotations
@@ -46,24 +48,35 @@ class TopicPartitionState:
     high_watermark: int = -1
     log_start_offset: int = -1
     error: MqError | None = None  # raised by the next poll (e.g. out of range, reset=none)
+    awaiting_committed: bool = False  # group member: position comes from OffsetFetch
 
 
 class SubscriptionState:
     def __init__(self, default_reset: OffsetResetStrategy | str = OffsetResetStrategy.LATEST) -> None:
         self.default_reset = OffsetResetStrategy(default_reset)
         self.states: dict[TopicPartition, TopicPartitionState] = {}
+        self._retired_epochs: dict[TopicPartition, int] = {}  # last seek_epoch of removed partitions
 
     # ------------------------------------------------------------------ assignment
 
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        """Replace the assignment; partitions kept from the old one keep their position."""
+    def assign(self, partitions: list[TopicPartition], *, awaiting_committed: bool = False) -> None:
+        """Replace the assignment; partitions kept from the old one keep their position.
+        ``awaiting_committed``: new partitions wait for ``committed_done``."""
         ordered = list(dict.fromkeys(partitions))
         old = self.states
-        self.states = {tp: old.get(tp) or self._initial_state() for tp in ordered}
+        kept = set(ordered)
+        for tp, st in old.items():
+            if tp not in kept:
+                self._retired_epochs[tp] = st.seek_epoch
+        self.states = {tp: old.get(tp) or self._initial_state(tp, awaiting_committed)
+                       for tp in ordered}
 
-    def _initial_state(self) -> TopicPartitionState:
+    def _initial_state(self, tp: TopicPartition, awaiting_committed: bool) -> TopicPartitionState:
+        epoch = self._retired_epochs.pop(tp, -1) + 1
+        if awaiting_committed:
+            return TopicPartitionState(seek_epoch=epoch, awaiting_committed=True)
         return TopicPartitionState(pending_lookup=self.default_reset.lookup_timestamp,
-                                   lookup_is_reset=True)
+                                   lookup_is_reset=True, seek_epoch=epoch)
 
     def assigned(self) -> list[TopicPartition]:
         return list(self.states)
@@ -86,6 +99,7 @@ class SubscriptionState:
         st.position = offset
         st.pending_lookup = None
         st.lookup_is_reset = False
+        st.awaiting_committed = False
         st.error = None
         st.seek_epoch += 1
 
@@ -94,6 +108,7 @@ class SubscriptionState:
         st = self.state(tp)
         st.pending_lookup = timestamp
         st.lookup_is_reset = is_reset
+        st.awaiting_committed = False
         st.error = None
         st.seek_epoch += 1
         if not is_reset:
@@ -122,6 +137,22 @@ class SubscriptionState:
         st.lookup_is_reset = False
         st.seek_epoch += 1
         return old
+
+    def awaiting_committed(self) -> list[tuple[TopicPartition, int]]:
+        """(tp, seek_epoch) of each partition waiting for its committed offset."""
+        return [(tp, st.seek_epoch) for tp, st in self.states.items() if st.awaiting_committed]
+
+    def committed_done(self, tp: TopicPartition, offset: int | None, seek_epoch: int) -> None:
+        """Apply an OffsetFetch answer (``None``: nothing committed, so the reset policy
+        decides) unless the partition was sought or reassigned since."""
+        st = self.states.get(tp)
+        if st is None or not st.awaiting_committed or st.seek_epoch != seek_epoch:
+            return
+        if offset is not None and offset >= 0:
+            self.seek(tp, offset)
+        else:
+            st.awaiting_committed = False
+            self.request_reset(tp, "no committed offset")
 
     def position(self, tp: TopicPartition) -> int | None:
         return self.state(tp).position

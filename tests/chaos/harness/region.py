@@ -415,7 +415,8 @@ class RegionMonitor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():  # not started when the region failed to start
+            self._thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
