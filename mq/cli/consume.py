@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "start at the log start)")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
     p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
+                   "(with --group: T ms after joining the group) "
                    "(default: wait forever)")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="text: the value (raw bytes) per line; json: one object per record (default: text)")
@@ -186,6 +187,8 @@ async def _loop(consumer: Any, args: argparse.Namespace, out: BinaryIO, progress
             wait_ms = int(min(wait_ms, max(1, left_ms)))
         left = None if args.max_messages is None else args.max_messages - progress.count
         records = await consumer.poll(timeout_ms=wait_ms, max_records=left)
+        if args.group is not None and consumer.group_metadata().generation_id < 0:
+            last_record = time.monotonic()  # the timeout counts from joining the group
         if not records:
             continue
         last_record = time.monotonic()
