@@ -5,6 +5,8 @@
                               [-- ARGS FOR P8]
     mq bench ...  (the same)
     mq bench --only P3,P4,failover [REGION OPTIONS]   (loadtests/bench_region.py)
+    mq bench --only rebalance,group-throughput,coordinator-failover [GROUP OPTIONS]
+                                                     (loadtests/bench_groups.py)
 
 Prints one JSON line per measured run (workload, records, bytes, seconds, rec/s,
 MB/s, latency percentiles where they mean something, the server's RSS, versions),
@@ -35,8 +37,10 @@ from loadtests.stats import Result, emit, median, versions
 from mq.lab.cluster import BrokerHandle
 from mq.lab.workloads import make_values
 
-WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover")
+WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover",
+             "rebalance", "group-throughput", "coordinator-failover")
 REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
+GROUP_WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")  # loadtests/bench_groups.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
 VALUE_POOL = 4096  # distinct values, cycled: same data for every system, little memory
 # (mq workload, peer, operation, target ratio from PERFORMANCE.md)
@@ -219,13 +223,29 @@ def run_storage_bench(argv: Sequence[str]) -> int:
     return int(bench_storage.main(list(argv)) or 0)
 
 
-def _region_only(argv: Sequence[str]) -> bool:
-    """``--only`` names region workloads alone: loadtests.bench_region takes every argument."""
+def _only(argv: Sequence[str]) -> set[str]:
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--only", default="")
     known, _ = peek.parse_known_args([a for a in argv if a != "--help" and a != "-h"])
-    only = {w.strip() for w in known.only.split(",") if w.strip()}
+    return {w.strip() for w in known.only.split(",") if w.strip()}
+
+
+def _region_only(argv: Sequence[str]) -> bool:
+    """``--only`` names region workloads alone: loadtests.bench_region takes every argument."""
+    only = _only(argv)
     return bool(only) and only <= set(REGION_WORKLOADS)
+
+
+def _groups_only(argv: Sequence[str]) -> bool:
+    """``--only`` names group workloads alone: loadtests.bench_groups takes every argument."""
+    only = _only(argv)
+    return bool(only) and only <= set(GROUP_WORKLOADS)
+
+
+def run_groups_bench(argv: Sequence[str]) -> int:
+    from loadtests import bench_groups
+
+    return int(bench_groups.main(list(argv)) or 0)
 
 
 def run_region_bench(argv: Sequence[str]) -> int:
@@ -238,11 +258,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if _region_only(argv):
         return run_region_bench(argv)
+    if _groups_only(argv):
+        return run_groups_bench(argv)
     args = parse_args(argv)
     region = [w for w in args.only if w in REGION_WORKLOADS]
-    args.only = [w for w in args.only if w not in REGION_WORKLOADS]
+    groups = [w for w in args.only if w in GROUP_WORKLOADS]
+    args.only = [w for w in args.only if w not in REGION_WORKLOADS and w not in GROUP_WORKLOADS]
     if not args.only:
-        return run_region_bench(["--only", ",".join(region)])
+        code = run_region_bench(["--only", ",".join(region)]) if region else 0
+        return (run_groups_bench(["--only", ",".join(groups)]) if groups else 0) or code
     bench = Bench(args)
     try:
         bench.start()
@@ -256,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = run_region_bench(["--only", ",".join(region), "--runs", str(args.runs),
                                  "--records", str(args.records), "--size-bytes", str(args.size_bytes),
                                  "--seed", str(args.seed)])
+    if groups:  # likewise, the shared options only
+        code = run_groups_bench(["--only", ",".join(groups), "--runs", str(args.runs),
+                                 "--size-bytes", str(args.size_bytes)]) or code
     if "P8" in args.only:
         return run_storage_bench(args.storage_argv) or code
     return code

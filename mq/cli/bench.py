@@ -5,7 +5,10 @@ Every argument after ``bench`` is handed to ``loadtests.bench.main(argv)`` untou
 (RF=3 acks=all throughput), P4 (end-to-end latency at 10,000 rec/s) and ``failover``
 (leader SIGKILL to the first acks=all ack) — start three brokers of their own:
 ``mq bench --only P3,P4,failover`` hands every argument to ``loadtests.bench_region``
-(``mq bench --only P3 --help`` lists its options).
+(``mq bench --only P3 --help`` lists its options). The consumer group workloads —
+``rebalance`` (eager vs cooperative pause), ``group-throughput`` (1 vs N consumers)
+and ``coordinator-failover`` — likewise go to ``loadtests.bench_groups``:
+``mq bench --only rebalance,group-throughput,coordinator-failover``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from mq.cli.common import CliError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="run the throughput and latency benchmarks (loadtests.bench; P3/P4/failover: "
-        "a three-broker region)", add_help=False,
+        "a three-broker region; rebalance/group-throughput/coordinator-failover: consumer groups)", add_help=False,
         description="Run loadtests.bench with the remaining arguments; `mq bench --help` lists them.",
     )
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",

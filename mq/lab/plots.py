@@ -181,3 +181,75 @@ def plot_loss(results: Sequence[Mapping[str, Any]], *, ax: Any = None, title: st
     ax.set_title(title)
     ax.set_ylim(0, max([1, *lost]) * 1.25)
     return ax
+
+
+# ---------------------------------------------------------------- consumer groups
+
+
+def plot_assignment(ownership: Sequence[Any], *, ax: Any = None, marks: Sequence[Mapping[str, Any]] = (),
+                    until_s: float | None = None, title: str = "assignment over time") -> Any:
+    """A lane per partition, coloured by the member that owned it when
+    (``GroupLab.ownership()``); white where nobody did. ``marks`` as vertical lines."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4))
+    tps = sorted({o.tp for o in ownership})
+    members = sorted({o.member for o in ownership}, key=lambda m: (len(m), m))
+    colors = {m: f"C{i % 10}" for i, m in enumerate(members)}
+    end = until_s if until_s is not None else max(
+        [o.end_s for o in ownership if o.end_s is not None] + [o.start_s for o in ownership] + [0.0])
+    lane = {tp: i for i, tp in enumerate(tps)}
+    for o in ownership:
+        stop = o.end_s if o.end_s is not None else end
+        ax.broken_barh([(o.start_s, max(stop - o.start_s, 1e-3))], (lane[o.tp] - 0.4, 0.8),
+                       color=colors[o.member])
+    for m in members:
+        ax.bar(0, 0, color=colors[m], label=m)  # legend entries
+    ax.set_yticks(range(len(tps)), [f"{tp.topic}-{tp.partition}" for tp in tps],
+                  fontsize=7 if len(tps) <= 24 else 0)
+    if len(tps) > 24:
+        ax.set_ylabel(f"{len(tps)} partitions")
+    ax.set_xlabel("time (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=min(len(members), 6), loc="upper left", bbox_to_anchor=(0, -0.15))
+    mark_events(ax, marks)
+    return ax
+
+
+def plot_consuming(series: Mapping[str, tuple[Sequence[float], Sequence[int]]], *, ax: Any = None,
+                   partitions: int | None = None, title: str = "partitions being consumed") -> Any:
+    """One line per run: how many partitions had records polled in the last moment,
+    against time since the rebalance began (``GroupLab.consuming_series``)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    for label, (t, counts) in series.items():
+        ax.step(t, counts, where="post", label=label)
+    if partitions:
+        ax.axhline(partitions, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_ylim(0, partitions * 1.08)
+    ax.axvline(0, color="tab:red", linestyle="--", linewidth=1)
+    ax.set_xlabel("time since the member joined (s)")
+    ax.set_ylabel("partitions consuming")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_pauses(stats: Mapping[str, Any], *, ax: Any = None,
+                title: str = "longest gap in consumption, per partition") -> Any:
+    """Each partition's longest gap during the rebalance (``PauseStats.gaps``), sorted:
+    one curve per run, with the "kept consuming" threshold dashed."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    for i, (label, s) in enumerate(stats.items()):
+        gaps = sorted(s.gaps.values())
+        ax.step(range(1, len(gaps) + 1), gaps, where="mid", color=f"C{i}",
+                label=f"{label}: {s.kept_consuming_fraction:.0%} kept consuming, max {s.max_gap_s:.2f} s")
+        ax.axhline(s.threshold_s, color=f"C{i}", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("partitions, sorted by their longest gap")
+    ax.set_ylabel("longest gap (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

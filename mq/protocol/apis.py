@@ -10,6 +10,7 @@ from __future__ import annotations
 from mq.protocol import group_messages as g
 from mq.protocol import inter_broker as ib
 from mq.protocol import messages as m
+from mq.protocol.schema import decoder_for, encoder_for
 
 CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
     cls.API_KEY: cls
@@ -33,3 +34,18 @@ REQUESTS: dict[m.ApiKey, type[m.Request]] = {**CLIENT_REQUESTS, **INTER_BROKER_R
 
 ALL_REQUESTS = REQUESTS
 """Every request this build can encode and decode."""
+
+
+def _build_codecs() -> None:
+    """Generate every message's encoder and decoder now, at import. Built lazily, two
+    threads with their own event loops (notebook consumers, locust users) could meet one
+    half-built: the second would call the first's placeholder and recurse forever."""
+    for request in ALL_REQUESTS.values():
+        for cls in (request, request.RESPONSE):
+            encoder_for(cls)
+            decoder_for(cls)
+    encoder_for(m.ErrorResponse)
+    decoder_for(m.ErrorResponse)
+
+
+_build_codecs()
