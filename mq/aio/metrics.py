@@ -30,6 +30,10 @@ exports these through the group coordinator's JMX and ``kafka-consumer-groups``)
   ``partition``: the committed offset (the next record the group will read) and the
   high watermark minus it — only for partitions this broker hosts a replica of (the
   leader's high watermark, else the one the follower last heard).
+
+The log cleaner: ``mq_log_cleaner_cleaned_bytes_total`` (bytes its passes read),
+``mq_log_cleaner_runs_total`` (passes finished) and ``mq_log_cleaner_aborts_total``
+(passes abandoned: failed, or the log changed under them).
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class _NodeCollector(Collector):
         yield from families.values()
         yield from _partition_families(self.node, self._now_ms())
         yield from _group_families(self.node)
+        yield from _cleaner_families(self.node)
         conns = GaugeMetricFamily("mq_connections", "Open client connections")
         conns.add_metric([], len(self.server.connections) if self.server else 0)
         yield conns
@@ -183,6 +188,19 @@ def _group_families(node: BrokerNode) -> Iterator:
     yield state
     yield committed
     yield lag
+
+
+def _cleaner_families(node: BrokerNode) -> Iterator:
+    cleaner = node.log_cleaner
+    cleaned = CounterMetricFamily("mq_log_cleaner_cleaned_bytes", "Bytes read by log cleaning passes")
+    cleaned.add_metric([], cleaner.cleaned_bytes_total)
+    runs = CounterMetricFamily("mq_log_cleaner_runs", "Log cleaning passes finished")
+    runs.add_metric([], cleaner.cleaner_runs_total)
+    aborts = CounterMetricFamily("mq_log_cleaner_aborts", "Log cleaning passes abandoned (failed, or the log changed)")
+    aborts.add_metric([], cleaner.cleaner_aborts_total)
+    yield cleaned
+    yield runs
+    yield aborts
 
 
 class BrokerMetrics:

@@ -62,6 +62,9 @@ class LogCleanerManager:
         self._current: tuple[TopicPartition, LogCleaning] | None = None
         self._next_check_ms = 0
         self._failed_until: dict[TopicPartition, int] = {}
+        # Logs a pass found corrupt: skipped until the partition's log is reopened
+        # (Kafka's "uncleanable partitions", KIP-346); keyed by the Log object itself.
+        self._uncleanable: dict[TopicPartition, Log] = {}
         self._errors: list[tuple[TopicPartition, str]] = []
 
     @property
@@ -124,6 +127,8 @@ class LogCleanerManager:
         if exc is not None:
             self._errors.append((tp, f"{type(exc).__name__}: {exc}"))
             self._failed_until[tp] = now_ms + self.config.log_cleaner_backoff_ms
+            if isinstance(exc, MqError):  # corrupt data: retrying would fail the same way
+                self._uncleanable[tp] = cleaning.log
         self._next_check_ms = now_ms
 
     def _grab_filthiest(
@@ -137,11 +142,15 @@ class LogCleanerManager:
             log, high_watermark = logs[tp]
             if log.is_offline or not is_compacted(log) or self._failed_until.get(tp, 0) > now_ms:
                 continue
+            if self._uncleanable.get(tp) is log:
+                continue
             try:
                 found = cleanable_log(log, high_watermark=high_watermark, now_ms=now_ms)
             except (OSError, MqError) as exc:
                 self._errors.append((tp, f"{type(exc).__name__}: {exc}"))
                 self._failed_until[tp] = now_ms + backoff
+                if isinstance(exc, MqError):
+                    self._uncleanable[tp] = log
                 continue
             cfg = log.config
             self.max_dirty_ratio = max(self.max_dirty_ratio, found.dirty_ratio)

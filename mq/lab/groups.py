@@ -50,20 +50,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def warm_codecs() -> None:
-    """Build every request and response codec now, on this thread. The protocol layer
-    builds them lazily and its cache is not safe against two threads building the same
-    one at once (a second thread can pick up the first one's placeholder and recurse
-    forever), and a lab runs many clients, each on its own loop thread."""
-    from mq.protocol.apis import ALL_REQUESTS
-    from mq.protocol.schema import decoder_for, encoder_for
-
-    for request in ALL_REQUESTS.values():
-        for cls in (request, request.RESPONSE):
-            encoder_for(cls)
-            decoder_for(cls)
-
-
 def _finish(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel what is still pending and close the loop, as ``asyncio.run`` does."""
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
@@ -255,7 +241,6 @@ class GroupLab:
         self.defaults = {"auto_offset_reset": "earliest", "session_timeout_ms": 3000,
                          "heartbeat_interval_ms": 250, **defaults}
         self.origin = time.monotonic() if origin is None else origin
-        warm_codecs()
         self.lock = threading.Lock()
         self.members: dict[str, GroupMember] = {}
         self.events: list[dict[str, Any]] = []  # assignment timeline, in time order
@@ -464,7 +449,6 @@ class PartitionLoad:
         self.acked = 0
         self.failed = 0
         self.error: BaseException | None = None
-        warm_codecs()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name=f"load-{topic}", daemon=True)
 

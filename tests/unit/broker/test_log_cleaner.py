@@ -159,7 +159,7 @@ def test_a_pass_is_abandoned_when_the_log_changes_or_goes() -> None:
     assert manager.take_errors() == []
 
 
-def test_a_failing_log_is_reported_and_skipped_for_a_backoff() -> None:
+def test_a_corrupt_log_is_reported_once_and_left_uncleanable() -> None:
     fs = MemoryFileIO()
     log = _log(fs, "a-0", 40, keys=2)
     first = log.segments[0].log_path
@@ -174,6 +174,16 @@ def test_a_failing_log_is_reported_and_skipped_for_a_backoff() -> None:
     assert not log.is_offline
     manager.poll(logs, now_ms=NOW + 1)
     assert manager.cleaning is None
+    # Corrupt data is not retried after the backoff (Kafka's uncleanable partitions)...
+    later = NOW + 10 * manager.config.log_cleaner_backoff_ms
+    for step in range(20):
+        manager.poll(logs, now_ms=later + step)
+    assert manager.take_errors() == [] and manager.cleaning is None
+    # ...until the partition's log is reopened.
+    runs = manager.cleaner_runs_total
+    _run(manager, {A: (_log(fs, "c-0", 40, keys=2), 40), B: (healthy, 40)},
+         now=later + 2 * manager.config.log_cleaner_backoff_ms)
+    assert manager.cleaner_runs_total == runs + 1 and manager.take_errors() == []
 
 
 def test_small_batches_are_bounded_by_count_too() -> None:
