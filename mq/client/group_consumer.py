@@ -46,7 +46,7 @@ from mq.client.internals.offset_commit import (
 )
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
-from mq.protocol.group_messages import JoinGroupResponse
+from mq.protocol.group_messages import JoinGroupRequest, JoinGroupResponse
 from mq.protocol.messages import Request, Response
 
 if TYPE_CHECKING:
@@ -228,13 +228,21 @@ class GroupClient:
         finally:
             self.consumer._wakeup()
 
-    async def _join(self, request: Request) -> JoinOutcome:
+    async def _join(self, request: JoinGroupRequest) -> JoinOutcome:
         core = self.core
         try:
-            deadline = self.now_ms() + self.request_timeout_ms
-            response = await self.send(request, deadline_ms=deadline, lane=JOIN_LANE)
-            assert isinstance(response, JoinGroupResponse)
-            return core.on_join_response(response, self.now_ms())
+            while True:
+                deadline = self.now_ms() + self.request_timeout_ms
+                response = await self.send(request, deadline_ms=deadline, lane=JOIN_LANE)
+                assert isinstance(response, JoinGroupResponse)
+                outcome = core.on_join_response(response, self.now_ms())
+                if not (outcome.rejoin_now and not core.owned and core.need_rejoin(self.now_ms())):
+                    return outcome
+                # KIP-394: rejoin with the allocated member id right away (not at the next
+                # poll); close() and unsubscribe() can name this member from now on.
+                request = core.join_request(self.now_ms())
+                log.info("event=join_group group=%s member=%s generation=%s reason=%r", core.group_id,
+                         core.member_id, core.generation_id, request.reason)
         except MqError as exc:
             log.info("event=join_failed group=%s error=%s", core.group_id, exc)
             core.on_join_failed(self.now_ms(), exc)

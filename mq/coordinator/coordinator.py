@@ -20,6 +20,11 @@ Rebalance (classic generations, assignments computed here, no SyncGroup):
 - Completion writes ONE GroupMetadata record with generation + 1 and the assignment
   and releases the parked joins with it. With ``cooperative-sticky``, partitions still
   owned by another member are withheld and the next rebalance starts at once.
+
+KIP-394 pending members (``membership.join``): ids handed out with MEMBER_ID_REQUIRED
+and not yet used to rejoin. Transient (a new coordinator forgets them: the rejoin gets
+UNKNOWN_MEMBER_ID and the member starts over); each expires after the session timeout
+its JoinGroup asked for.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class GroupCoordinator:
         self._recheck: dict[str, None] = {}  # loaded groups whose subscriptions poll must check
         self._last_topics: dict[str, int] | None = None
         self._next_expiry_check_ms: int | None = None
+        self.pending_members: dict[str, dict[str, int]] = {}  # group -> pending member id -> expiry (ms)
 
     # ------------------------------------------------------------ state changes
 
@@ -150,6 +156,7 @@ class GroupCoordinator:
         expiry) and notice topic changes that alter a group's subscriptions."""
         call = Call(-1, "", "", topics, now_ms)
         self._start_clocks(now_ms)
+        self._expire_pending(now_ms)
         for group_id in list(self.groups):
             group = self.groups.get(group_id)
             if group is not None:
@@ -172,6 +179,7 @@ class GroupCoordinator:
                 deadlines.extend(d for d in (group.rebalance_deadline_ms, group.initial_delay_until_ms)
                                  if d is not None)
             deadlines.extend(d for m in group.members.values() if (d := m.session_deadline_ms()) is not None)
+        deadlines.extend(d for pending in self.pending_members.values() for d in pending.values())
         if self.groups and self._next_expiry_check_ms is not None:
             deadlines.append(self._next_expiry_check_ms)
         return min(deadlines, default=None)
@@ -180,7 +188,7 @@ class GroupCoordinator:
         """``result``'s records could not be appended or committed: undo what is still
         current (speculative offsets; a generation gets rebalanced again) and return the
         error versions of its responses."""
-        for undo in result.undo:
+        for undo in reversed(result.undo):  # newest first: each restores what the one before wrote
             group = self.groups.get(undo.group_id)
             if group is None:
                 continue
@@ -206,6 +214,7 @@ class GroupCoordinator:
                         error_message="the coordinator moved")))
                     member.join_request_id = None
         self.groups = {}
+        self.pending_members = {}
         self._unclocked, self._recheck = {}, {}
         return out
 
@@ -219,6 +228,30 @@ class GroupCoordinator:
 
     def new_member_id(self, client_id: str) -> str:
         return f"{client_id}-{self.rng.randbytes(8).hex()}"
+
+    def add_pending(self, group_id: str, member_id: str, expires_ms: int) -> None:
+        """KIP-394: ``member_id`` was handed out with MEMBER_ID_REQUIRED."""
+        self.pending_members.setdefault(group_id, {})[member_id] = expires_ms
+
+    def has_pending(self, group_id: str) -> bool:
+        return bool(self.pending_members.get(group_id))
+
+    def take_pending(self, group_id: str, member_id: str) -> bool:
+        """Forget a pending member id; whether it was pending."""
+        pending = self.pending_members.get(group_id)
+        if pending is None or pending.pop(member_id, None) is None:
+            return False
+        if not pending:
+            del self.pending_members[group_id]
+        return True
+
+    def _expire_pending(self, now_ms: int) -> None:
+        for group_id in list(self.pending_members):
+            pending = self.pending_members[group_id]
+            for member_id in [m for m, expires_ms in pending.items() if now_ms >= expires_ms]:
+                del pending[member_id]
+            if not pending:
+                del self.pending_members[group_id]
 
     def prepare_rebalance(self, group: Group, now_ms: int | None) -> None:
         """Move to PreparingRebalance (``now_ms`` None: the deadlines start at the next call)."""

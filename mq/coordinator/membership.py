@@ -5,6 +5,13 @@ Kafka's ``GroupCoordinator.handleJoinGroup``/``handleHeartbeat``/``handleLeaveGr
 membership (KIP-345): a member rejoining with a known ``group_instance_id`` and no
 member id takes over the old member's place and assignment without a rebalance, and
 the old member id is fenced (FENCED_INSTANCE_ID).
+
+KIP-394: a dynamic member joining without a member id is not admitted at once. It
+gets MEMBER_ID_REQUIRED with a freshly allocated id, which the coordinator keeps as a
+*pending member* (not in the group, no rebalance) until the member rejoins with it
+or its session timeout passes. So every member that ends up parked in a rebalance
+knows its id, and can send LeaveGroup if it exits before the rebalance completes.
+Static members (``group_instance_id``) skip this, as in Kafka.
 """
 
 from __future__ import annotations
@@ -87,6 +94,10 @@ def join(c: GroupCoordinator, call: Call, req: gm.JoinGroupRequest) -> None:
     if bad is not None:
         return refuse(*bad)
     if req.member_id:
+        if req.group_instance_id is None and c.take_pending(req.group_id, req.member_id):
+            if group is not None and len(group.members) >= c.config.max_size:
+                return refuse(ErrorCode.GROUP_MAX_SIZE_REACHED, f"the group has {c.config.max_size} members")
+            return _add(c, call, group, req, req.member_id)
         if group is None:
             return refuse(ErrorCode.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} does not exist")
         if group.fenced(req.member_id, req.group_instance_id):
@@ -99,9 +110,19 @@ def join(c: GroupCoordinator, call: Call, req: gm.JoinGroupRequest) -> None:
         return _static_restart(c, call, group, req)
     if group is not None and len(group.members) >= c.config.max_size:
         return refuse(ErrorCode.GROUP_MAX_SIZE_REACHED, f"the group has {c.config.max_size} members")
+    member_id = c.new_member_id(call.client_id)
+    if req.group_instance_id is None:  # KIP-394: a pending member until it rejoins with its id
+        c.add_pending(req.group_id, member_id, call.now_ms + req.session_timeout_ms)
+        return refuse(ErrorCode.MEMBER_ID_REQUIRED, "rejoin with the member id of this response", member_id)
+    _add(c, call, group, req, member_id)
+
+
+def _add(c: GroupCoordinator, call: Call, group: Group | None, req: gm.JoinGroupRequest, member_id: str) -> None:
+    """A new member (a dynamic one back with its pending id, or a new static one)
+    enters the group, and the group rebalances."""
     if group is None:
         group = c.groups[req.group_id] = Group(req.group_id)
-    member = Member(c.new_member_id(call.client_id), req.group_instance_id, call.client_id, call.client_host,
+    member = Member(member_id, req.group_instance_id, call.client_id, call.client_host,
                     req.session_timeout_ms, _rebalance_timeout(req), tuple(req.topics), req.pattern,
                     tuple(req.assignors), owned=assignment_from_wire(req.owned), last_heartbeat_ms=call.now_ms)
     if not group.members:
@@ -195,6 +216,8 @@ def _heartbeat(c: GroupCoordinator, call: Call, req: gm.HeartbeatRequest) -> tup
 def leave(c: GroupCoordinator, call: Call, req: gm.LeaveGroupRequest) -> None:
     bad = check_group_id(req.group_id)
     group = c.groups.get(req.group_id)
+    if bad is None and group is None and c.has_pending(req.group_id):
+        group = Group(req.group_id)  # only pending members: a stand-in that knows nobody
     if bad is not None or group is None:
         code, message = bad or (ErrorCode.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} does not exist")
         call.respond(gm.LeaveGroupResponse(code, [
@@ -203,6 +226,9 @@ def leave(c: GroupCoordinator, call: Call, req: gm.LeaveGroupRequest) -> None:
     results = []
     removed = False
     for ident in req.members:
+        if ident.member_id and ident.group_instance_id is None and c.take_pending(req.group_id, ident.member_id):
+            results.append(gm.LeaveMemberResponse(ident.member_id, None, ErrorCode.NONE))  # KIP-394: forgotten
+            continue
         member_id = ident.member_id
         if not member_id and ident.group_instance_id is not None:
             member_id = group.instances.get(ident.group_instance_id, "")

@@ -67,6 +67,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = (75, True, "The leader epoch in the request is newer than the broker's.")
     UNSUPPORTED_COMPRESSION_TYPE = (76, False, "The compression codec is not supported.")
     STALE_BROKER_EPOCH = (77, False, "The broker epoch is not the broker's current registration.")
+    MEMBER_ID_REQUIRED = (79, False, "The member must rejoin with the member id in this response (KIP-394).")
     GROUP_MAX_SIZE_REACHED = (81, False, "The group already has group.max.size members.")
     FENCED_INSTANCE_ID = (82, False, "Another member joined with this group.instance.id; this one is fenced.")
     INVALID_RECORD = (87, False, "A record failed validation.")

@@ -49,11 +49,18 @@ class FindCoordinatorRequest(Request):
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponse(Response):
+    """The member's place in the new generation, or an error.
+
+    MEMBER_ID_REQUIRED (KIP-394) answers a dynamic member's first JoinGroup at once:
+    ``member_id`` is the id allocated to it; the member rejoins with it straight away.
+    Error answers echo the request's member id (UNKNOWN_MEMBER_ID: that id is not, or
+    no longer, a member — join again without one)."""
+
     API_KEY = ApiKey.JOIN_GROUP
     error_code: int
     generation_id: int = -1
     assignor: str = ""  # the assignor the coordinator chose (the first all members support)
-    member_id: str = ""  # also set with UNKNOWN_MEMBER_ID/REBALANCE errors when one was allocated
+    member_id: str = ""  # the member's id; with MEMBER_ID_REQUIRED the one allocated to it
     leader: str = ""  # Kafka's group leader: the member that joined first (informational here)
     assignment: list[TopicPartitions] = field(default_factory=list)
     members: int = 0  # members in this generation
@@ -68,7 +75,15 @@ class JoinGroupRequest(Request):
     cooperative (KIP-429): it keeps consuming ``owned`` while the group rebalances, and
     the coordinator never hands a partition to a member while another still owns it.
     ``topics`` or ``pattern`` (a Python regular expression, fully matched) is the
-    subscription. The response comes when the rebalance completes."""
+    subscription. The response comes when the rebalance completes.
+
+    KIP-394: a dynamic member (no ``group_instance_id``) joining with ``member_id=""``
+    is answered at once with MEMBER_ID_REQUIRED and an allocated member id, which the
+    coordinator keeps as *pending* (not a member, no rebalance) until the member
+    rejoins with it, or for ``session_timeout_ms``. So a member whose JoinGroup is
+    parked always knows its id and can send LeaveGroup when it exits; the coordinator
+    then answers the parked JoinGroup UNKNOWN_MEMBER_ID and the rebalance goes on
+    without it. LeaveGroup of a pending id forgets it. Static members join directly."""
 
     API_KEY = ApiKey.JOIN_GROUP
     RESPONSE = JoinGroupResponse

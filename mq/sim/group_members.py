@@ -6,6 +6,9 @@ It follows what ``mq.client`` must do (Kafka's ``ConsumerCoordinator``):
 - cooperative (the coordinator chose ``cooperative-sticky``): keep consuming while
   rejoining (reporting ``owned``); on the answer revoke what it drops (committing it
   first), take what it adds, and rejoin at once if something was revoked.
+- MEMBER_ID_REQUIRED (KIP-394, a dynamic member's first join): rejoin at once with
+  the member id of the answer; from then on a graceful leave can name the member even
+  while its JoinGroup is parked.
 - REBALANCE_IN_PROGRESS: rejoin. ILLEGAL_GENERATION: partitions are lost, rejoin with
   the same member id. UNKNOWN_MEMBER_ID: lost, rejoin as a new member.
   FENCED_INSTANCE_ID: another process took this static member's place; stop.
@@ -129,6 +132,12 @@ class ModelMember:
 
     def _on_join(self, response: gm.JoinGroupResponse, now_ms: int) -> None:
         code = ErrorCode(response.error_code)
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
+            self.belief.member_id = response.member_id
+            self.needs_join = True
+            if now_ms >= self.paused_until_ms:  # a paused process rejoins on its next tick
+                self._join(now_ms)
+            return
         if code != ErrorCode.NONE:
             if response.member_id and code not in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                 self.belief.member_id = response.member_id  # allocated: rejoin with it

@@ -21,7 +21,8 @@ Checked after every event:
   only grow, and the coordinator never answers below a commit it acknowledged.
 
 After the faults, a quiet period: the group must settle (Stable, every live member in
-the current generation, every partition held by exactly one of them).
+the current generation, every partition held by exactly one of them, the group's
+members exactly the live processes, no KIP-394 pending member id left over).
 """
 
 from __future__ import annotations
@@ -285,6 +286,12 @@ class GroupSim:
                 if tp in held:
                     raise InvariantViolation(f"{tp} held by {held[tp]} and {process.name} after settling")
                 held[tp] = process.name
+        members = sorted(group.members)
+        if members != sorted(p.belief.member_id for p in live):
+            raise InvariantViolation(f"the group's members {members} are not the live processes "
+                                     f"{sorted(p.belief.member_id for p in live)} after settling")
+        if self.coordinator.pending_members:
+            raise InvariantViolation(f"pending members left after settling: {self.coordinator.pending_members}")
         wanted = {TopicPartition(t, p) for t, n in self.topics.items() for p in range(n)}
         if live and set(held) != wanted:
             raise InvariantViolation(f"unheld after settling: {sorted(wanted - set(held))}")

@@ -24,6 +24,10 @@ FENCED_INSTANCE_ID, or its own max.poll.interval expiring) has *lost* its partit
 another member may own them already, so they are dropped without a commit
 (``take_lost`` → ``on_lost``). A fenced static member also gets the error raised.
 
+KIP-394: a dynamic member's first JoinGroup (no member id) is answered at once with
+MEMBER_ID_REQUIRED and an allocated id; the member rejoins with it at once. So while
+its JoinGroup is parked it knows its id and ``leave_group`` can name it.
+
 Heartbeats run only while STABLE, every ``heartbeat_interval_ms``. Without a successful
 heartbeat for ``session_timeout_ms`` the coordinator is presumed gone and is looked up
 again (the coordinator will have removed the member by then: the next heartbeat or join
@@ -83,6 +87,7 @@ class JoinOutcome:
     revoked: tuple[TopicPartition, ...] = ()  # owned before, not any more: commit, on_revoke
     joined: bool = False
     error: MqError | None = None  # fatal: raise from poll
+    rejoin_now: bool = False  # MEMBER_ID_REQUIRED (KIP-394): send the next JoinGroup at once
 
 
 def group_partitions(tps: Iterable[TopicPartition]) -> list[TopicPartitions]:
@@ -273,10 +278,16 @@ class ConsumerCoordinator:
         self.state = MemberState.UNJOINED if self.generation_id < 0 else MemberState.STABLE
         self.rejoin_needed = True
         self.rejoin_reason = f"JoinGroup answered {code.name}"
-        if response.member_id and code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS):
-            # Kafka's MEMBER_ID_REQUIRED: the coordinator allocated an id; rejoin with it now
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
+            if not response.member_id:  # a broken answer: retry after the backoff
+                self._join_after_ms = now_ms + self.retry_backoff_ms
+                return JoinOutcome()
+            # KIP-394: the coordinator allocated an id; rejoin with it at once (no backoff).
+            # From now on close() can send LeaveGroup even while the rejoin is parked.
             self.member_id = response.member_id
-            return JoinOutcome()
+            self.rejoin_reason = "rejoining with the member id the coordinator allocated"
+            self._join_after_ms = now_ms
+            return JoinOutcome(rejoin_now=True)
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             return JoinOutcome()
         if code in GENERATION_GONE:

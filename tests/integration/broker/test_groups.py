@@ -4,6 +4,7 @@ and the offsets survive a broker restart (the coordinator replays the partition)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from mq.core.errors import ErrorCode
@@ -56,7 +57,9 @@ def test_find_join_commit_fetch_and_restart(broker_factory):
 
         join = JoinGroupRequest("analytics", session_timeout_ms=10_000, rebalance_timeout_ms=5000,
                                 assignors=["range"], topics=["clicks"])
-        joined = _until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
+        required = _until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
+        assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED and required.member_id, required  # KIP-394
+        joined = c.request(dataclasses.replace(join, member_id=required.member_id))
         assert joined.error_code == ErrorCode.NONE, joined
         assert joined.generation_id >= 1 and joined.member_id
         assert sorted((t.topic, p) for t in joined.assignment for p in t.partitions) == [("clicks", 0), ("clicks", 1)]

@@ -135,7 +135,18 @@ class GroupCluster(Cluster):
 
     def join(self, node_id: int, group: str, topics: list[str], *, member_id: str = "",
              max_ms: int = 1000) -> Response:
-        return self.call(node_id, join_request(group, topics, member_id=member_id), max_ms=max_ms)
+        """JoinGroup; a MEMBER_ID_REQUIRED answer (KIP-394) is followed as a client does."""
+        response = self.call(node_id, join_request(group, topics, member_id=member_id), max_ms=max_ms)
+        if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # type: ignore[attr-defined]
+            response = self.call(node_id, join_request(group, topics, member_id=response.member_id),  # type: ignore[attr-defined]
+                                 max_ms=max_ms)
+        return response
+
+    def member_id(self, node_id: int, group: str, topics: list[str]) -> str:
+        """A pending member id (KIP-394): the JoinGroup sent with it is the one that parks."""
+        required = self.call(node_id, join_request(group, topics))
+        assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED, required  # type: ignore[attr-defined]
+        return required.member_id  # type: ignore[attr-defined]
 
     def commit(self, node_id: int, group: str, offsets: dict[TopicPartition, int], *, generation: int = -1,
                member_id: str = "", max_ms: int = 0) -> Response:

@@ -198,7 +198,7 @@ def test_a_parked_join_is_answered_when_the_rebalance_completes():
     node = c.coordinator_of("g")
     first = c.join(node, "g", ["t"])
     assert first.error_code == ErrorCode.NONE
-    second = c.send(node, join_request("g", ["t"]))
+    second = c.send(node, join_request("g", ["t"], member_id=c.member_id(node, "g", ["t"])))
     assert isinstance(second, Pending)
     c.settle()
     assert c.answer(node, second) is None  # waits for the first member to rejoin
@@ -213,7 +213,7 @@ def test_losing_leadership_answers_parked_requests_not_coordinator():
     c = ready(cluster())
     node = c.coordinator_of("g")
     first = c.join(node, "g", ["t"])
-    parked = c.send(node, join_request("g", ["t"]))
+    parked = c.send(node, join_request("g", ["t"], member_id=c.member_id(node, "g", ["t"])))
     assert isinstance(parked, Pending)
     c.elect(c.offsets_tp("g"), next(i for i in c.ids if i != node))
     c.settle()

@@ -134,14 +134,50 @@ def test_pattern_subscription_is_sent_instead_of_topics() -> None:
 
 
 def test_member_id_required_rejoins_at_once_with_the_allocated_id() -> None:
+    c = make(retry_backoff_ms=5_000)
+    found(c)
+    c.subscribe([T])
+    assert c.join_request(0).member_id == ""
+    out = c.on_join_response(JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id="m-9"), 1)
+    assert out.error is None and not out.joined and out.rejoin_now
+    assert c.member_id == "m-9" and c.need_rejoin(1)  # no backoff
+    assert c.join_request(1).member_id == "m-9" and c.state == MemberState.REBALANCING
+    # closed while that JoinGroup is parked: the LeaveGroup names the member (KIP-394)
+    leave = c.leave_group(2, reason="close")
+    assert leave is not None and [m.member_id for m in leave.members] == ["m-9"]
+    assert (c.member_id, c.state) == ("", MemberState.UNJOINED)
+
+
+def test_member_id_required_without_an_id_retries_after_the_backoff() -> None:
+    c = make(retry_backoff_ms=100)
+    found(c)
+    c.subscribe([T])
+    c.join_request(0)
+    out = c.on_join_response(JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED), 1)
+    assert out.error is None and not out.rejoin_now and c.member_id == ""
+    assert not c.need_rejoin(100) and c.need_rejoin(101)
+
+
+def test_unknown_member_id_on_join_starts_over_without_a_member_id() -> None:
+    """The coordinator echoes the refused id: the member must not rejoin with it."""
     c = make()
     found(c)
     c.subscribe([T])
     c.join_request(0)
-    out = c.on_join_response(JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id="m-9"), 1)
-    assert out.error is None and not out.joined
-    assert c.member_id == "m-9" and c.need_rejoin(1)
-    assert c.join_request(1).member_id == "m-9"
+    c.on_join_response(JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id="m-9"), 1)
+    c.join_request(1)
+    out = c.on_join_response(JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id="m-9"), 2)
+    assert out.error is None and not out.rejoin_now
+    assert (c.member_id, c.state) == ("", MemberState.UNJOINED) and c.need_rejoin(2)
+    assert c.join_request(2).member_id == ""
+
+
+def test_leave_while_the_first_join_is_in_flight_has_no_member_to_name() -> None:
+    c = make()
+    found(c)
+    c.subscribe([T])
+    c.join_request(0)
+    assert c.leave_group(1, reason="close") is None  # the pending id expires at the coordinator
 
 
 def test_fatal_join_error_is_returned_and_retried_after_backoff() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mq.coordinator import CoordinatorRecord, CoordinatorResult, GroupConfig, GroupCoordinator
 from mq.coordinator.group import assignment_from_wire, assignment_to_wire
+from mq.core.errors import ErrorCode
 from mq.core.rng import Rng
 from mq.core.types import TopicPartition
 from mq.protocol import group_messages as gm
@@ -66,10 +69,19 @@ class Shard:
     def join(self, group: str = "g", *, member_id: str = "", instance: str | None = None,
              assignors: tuple[str, ...] = ("range",), topics: tuple[str, ...] = ("t",), pattern: str | None = None,
              owned: tuple[TopicPartition, ...] = (), session_ms: int = 10_000, rebalance_ms: int = 5_000,
-             client_id: str = "c", protocol_type: str = "consumer") -> int:
-        return self.send(gm.JoinGroupRequest(
+             client_id: str = "c", protocol_type: str = "consumer", raw: bool = False) -> int:
+        """Send a JoinGroup; the request id (its answer: ``answer``). Unless ``raw``, a
+        MEMBER_ID_REQUIRED answer (KIP-394) is followed as a client does: the same
+        JoinGroup again with the allocated member id (the returned request id is that one)."""
+        request = gm.JoinGroupRequest(
             group, session_ms, rebalance_ms, member_id, instance, protocol_type, list(assignors), list(topics),
-            pattern, assignment_to_wire(tuple(owned))), client_id=client_id)
+            pattern, assignment_to_wire(tuple(owned)))
+        rid = self.send(request, client_id=client_id)
+        first = self.responses.get(rid)
+        if not raw and isinstance(first, gm.JoinGroupResponse) and first.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+            del self.responses[rid]
+            rid = self.send(replace(request, member_id=first.member_id), client_id=client_id)
+        return rid
 
     def heartbeat(self, member_id: str, generation: int, *, group: str = "g", instance: str | None = None) -> int:
         response = self.call(gm.HeartbeatRequest(group, generation, member_id, instance))
