@@ -15,11 +15,12 @@ coordinator (``mq.coordinator``) to the broker:
   unloads the shard: its parked requests and unacknowledged writes are answered
   NOT_COORDINATOR.
 - **Writes.** A ``CoordinatorResult`` with records is appended as one batch by the
-  leader (with its leader epoch; the coordinator applied them when it emitted them),
-  and its responses are held until the high watermark passes the batch (the acks=all
-  wait: ``ProducePurgatory``) — or replaced by ``coordinator.fail`` when the append
-  fails (below min.insync.replicas: COORDINATOR_NOT_AVAILABLE), leadership moves
-  (NOT_COORDINATOR) or ``offsets.commit.timeout.ms`` passes (REQUEST_TIMED_OUT).
+  leader (with its leader epoch), and its responses are held until the high
+  watermark passes the batch (the acks=all wait: ``ProducePurgatory``); then
+  ``coordinator.confirm`` makes its offset commits visible and the responses go out.
+  When the append fails (below min.insync.replicas: COORDINATOR_NOT_AVAILABLE),
+  leadership moves (NOT_COORDINATOR) or ``offsets.commit.timeout.ms`` passes
+  (REQUEST_TIMED_OUT), ``coordinator.fail`` drops them and gives the error answers.
 - **Timers.** ``poll`` loads shards a slice at a time and runs every coordinator's
   timers (session timeouts, rebalance deadlines, offset expiry) with the topics of
   the metadata image (internal topics excluded).
@@ -247,8 +248,8 @@ class GroupService:
             self._emit(shard.coordinator.fail(result, _WRITE_FAILURES.get(err.code, err.code)))
             return
         self.node.stats.produced(partition.tp.topic, info.record_count, info.size_bytes)
-        # No replay here: the coordinator applied its records as it emitted them
-        # (``fail`` undoes them if they do not commit).
+        # No replay here: the coordinator applied its group records as it emitted them;
+        # its offset commits it applies at ``confirm`` (``fail`` drops them).
         op_id = self._new_op_id()
         write = PendingWrite(shard, result, info.last_offset + 1)
         self._writes[op_id] = shard.writes[op_id] = write
@@ -267,6 +268,7 @@ class GroupService:
         write.shard.writes.pop(completion.request_id, None)
         code = next(iter(completion.errors.values()), ErrorCode.NONE)
         if code == ErrorCode.NONE:
+            write.shard.coordinator.confirm(write.result)  # committed: offsets become visible
             self._emit(write.result.responses)
         else:
             self._emit(write.shard.coordinator.fail(write.result, _WRITE_FAILURES.get(code, code)))

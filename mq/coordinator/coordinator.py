@@ -4,9 +4,21 @@ Sans-IO, in the shape of Kafka's ``GroupMetadataManager`` on the coordinator run
 ``handle`` and ``poll`` return a ``CoordinatorResult(records, responses)``; the broker
 appends ``records`` to the shard's partition in one batch and sends ``responses`` once
 the high watermark passes them. Persisted state changes only by replaying records —
-the coordinator replays its own records as it emits them (speculatively; ``fail``
-undoes what it can when they cannot be written), a coordinator loading the shard
-replays the partition from the start.
+a coordinator loading the shard replays the partition from the start; a running one
+replays its own records: group metadata and tombstones as it emits them
+(speculatively; ``fail`` rebalances a generation that could not be written), offset
+commits only once they are committed (``confirm``).
+
+Offset commits (Kafka's ``pendingOffsetCommits``): an OffsetCommit's records wait in
+``pending_offsets`` (per group and partition, in the order written) until the broker
+reports them committed; only then do OffsetFetch, ``group_offsets``, expiry and
+DeleteGroups see them. So nobody reads an offset that a fail-over could still lose.
+Confirming a write drops the older pending writes of that partition (the log
+supersedes them); ``fail`` drops the write alone; a tombstone (DeleteGroups, expiry)
+drops every pending write of what it deletes, and the deletion tombstones every
+partition with a committed *or pending* offset so a reload (which replays the pending
+write and then the tombstone) ends the same. A write that timed out but still
+commits is visible after the next reload only, as in Kafka.
 
 Rebalance (classic generations, assignments computed here, no SyncGroup):
 
@@ -35,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from mq.coordinator import admin, membership, offsets
 from mq.coordinator.config import GroupConfig
 from mq.coordinator.group import Group, GroupState, Member, assignment_to_wire
+from mq.coordinator.pending_offsets import PendingOffsets
 from mq.coordinator.rebalance import compute_assignment, needs_rebalance, select_assignor
 from mq.coordinator.records import (
     CoordinatorRecord,
@@ -44,7 +57,7 @@ from mq.coordinator.records import (
     decode,
     group_metadata_record,
 )
-from mq.coordinator.result import CoordinatorResult, RedoRebalance, RevertOffset, Undo
+from mq.coordinator.result import CoordinatorResult, PendingOffset, RedoRebalance
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.core.types import TopicPartition
@@ -63,13 +76,14 @@ class Call:
     now_ms: int
     records: list[CoordinatorRecord] = field(default_factory=list)
     responses: list[tuple[int, Response]] = field(default_factory=list)
-    undo: list[Undo] = field(default_factory=list)
+    undo: list[RedoRebalance] = field(default_factory=list)
+    offsets: list[PendingOffset] = field(default_factory=list)
 
     def respond(self, response: Response, request_id: int | None = None) -> None:
         self.responses.append((self.request_id if request_id is None else request_id, response))
 
     def result(self) -> CoordinatorResult:
-        return CoordinatorResult(self.records, self.responses, tuple(self.undo))
+        return CoordinatorResult(self.records, self.responses, tuple(self.undo), tuple(self.offsets))
 
 
 class GroupCoordinator:
@@ -86,6 +100,7 @@ class GroupCoordinator:
         self._last_topics: dict[str, int] | None = None
         self._next_expiry_check_ms: int | None = None
         self.pending_members: dict[str, dict[str, int]] = {}  # group -> pending member id -> expiry (ms)
+        self.pending_offsets = PendingOffsets()  # offset commits written, not yet committed
 
     # ------------------------------------------------------------ state changes
 
@@ -105,10 +120,13 @@ class GroupCoordinator:
         if isinstance(key, OffsetCommitKey):
             if value is not None:
                 self._group(key.group_id).offsets[key.tp] = value  # type: ignore[assignment]
-            elif group is not None:
-                group.offsets.pop(key.tp, None)
+            else:
+                self.pending_offsets.drop(key.group_id, key.tp)  # the tombstone follows them in the log
+                if group is not None:
+                    group.offsets.pop(key.tp, None)
         elif isinstance(key, GroupMetadataKey):
             if value is None:
+                self.pending_offsets.drop(key.group_id)
                 if group is not None:
                     self._reset_deleted(group)
             else:
@@ -135,6 +153,14 @@ class GroupCoordinator:
         """Produce a record and apply it (the same path as ``replay``)."""
         call.records.append(record)
         self._apply(record)
+
+    def emit_offset(self, call: Call, group_id: str, tp: TopicPartition, record: CoordinatorRecord) -> None:
+        """Produce an offset commit record, applied by ``confirm`` once it is committed."""
+        call.records.append(record)
+        pending = PendingOffset(group_id, tp, record)
+        call.offsets.append(pending)
+        self.pending_offsets.add(pending)
+
 
     # ------------------------------------------------------------ the API
 
@@ -184,21 +210,25 @@ class GroupCoordinator:
             deadlines.append(self._next_expiry_check_ms)
         return min(deadlines, default=None)
 
+    def confirm(self, result: CoordinatorResult) -> None:
+        """``result``'s records are committed (the high watermark passed them; the
+        shell calls this right before sending its responses): its offset commits
+        become the group's committed offsets, by replaying their records. A write no
+        longer pending (a newer one was confirmed first, or a tombstone came after it)
+        is skipped: the log already supersedes it."""
+        for pending in result.offsets:
+            if self.pending_offsets.take(pending, with_older=True):
+                self._apply(pending.record)
+
     def fail(self, result: CoordinatorResult, code: ErrorCode) -> list[tuple[int, Response]]:
-        """``result``'s records could not be appended or committed: undo what is still
-        current (speculative offsets; a generation gets rebalanced again) and return the
-        error versions of its responses."""
-        for undo in reversed(result.undo):  # newest first: each restores what the one before wrote
+        """``result``'s records could not be appended or committed: drop its pending
+        offset commits (they never became visible), rebalance a generation it wrote if
+        that is still current, and return the error versions of its responses."""
+        for pending in result.offsets:
+            self.pending_offsets.take(pending, with_older=False)
+        for undo in result.undo:
             group = self.groups.get(undo.group_id)
-            if group is None:
-                continue
-            if isinstance(undo, RevertOffset):
-                if group.offsets.get(undo.tp) is undo.written:
-                    if undo.previous is None:
-                        del group.offsets[undo.tp]
-                    else:
-                        group.offsets[undo.tp] = undo.previous
-            elif group.generation == undo.generation and group.state == GroupState.STABLE:
+            if group is not None and group.generation == undo.generation and group.state == GroupState.STABLE:
                 self.prepare_rebalance(group, None)
         return [(rid, error_response(resp, code)) for rid, resp in result.responses]
 
@@ -215,6 +245,7 @@ class GroupCoordinator:
                     member.join_request_id = None
         self.groups = {}
         self.pending_members = {}
+        self.pending_offsets = PendingOffsets()
         self._unclocked, self._recheck = {}, {}
         return out
 

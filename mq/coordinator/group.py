@@ -97,7 +97,7 @@ class Group:
     state_ts: int = -1
     members: dict[str, Member] = field(default_factory=dict)  # join order
     instances: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
-    offsets: dict[TopicPartition, OffsetCommitValue] = field(default_factory=dict)
+    offsets: dict[TopicPartition, OffsetCommitValue] = field(default_factory=dict)  # committed ones only
     # transient rebalance state
     rebalance_deadline_ms: int | None = None
     initial_delay_until_ms: int | None = None

@@ -5,6 +5,10 @@ is fenced by generation and member id (and instance id), so a zombie — a membe
 group has moved on from — cannot overwrite the new owner's progress. An admin commit
 (``generation_id=-1``, ``member_id=""``) is accepted only while the group has no
 members, as ``kafka-consumer-groups --reset-offsets`` requires.
+
+A commit is visible (OffsetFetch, expiry, DeleteGroups) only once its record is
+committed: until then it waits in the coordinator's ``pending_offsets`` (Kafka's
+``pendingOffsetCommits``; see ``mq.coordinator.coordinator``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from typing import TYPE_CHECKING
 from mq.coordinator.group import Group, GroupState
 from mq.coordinator.membership import check_group_id
 from mq.coordinator.records import OffsetCommitValue, group_metadata_record, offset_commit_record
-from mq.coordinator.result import RevertOffset
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
 from mq.protocol import group_messages as gm
@@ -66,9 +69,7 @@ def commit(c: GroupCoordinator, call: Call, req: gm.OffsetCommitRequest) -> None
                     group = c.groups[req.group_id] = Group(req.group_id)
                 tp = TopicPartition(topic.name, part.partition)
                 value = OffsetCommitValue(part.offset, part.leader_epoch, part.metadata, call.now_ms)
-                previous = group.offsets.get(tp)
-                c.emit(call, offset_commit_record(req.group_id, tp, value))
-                call.undo.append(RevertOffset(req.group_id, tp, group.offsets[tp], previous))
+                c.emit_offset(call, req.group_id, tp, offset_commit_record(req.group_id, tp, value))
             parts_out.append(gm.OffsetCommitPartitionResponse(part.partition, code))
         topics_out.append(gm.OffsetCommitTopicResponse(topic.name, parts_out))
     if refused is None and group is not None and req.member_id in group.members:
@@ -108,8 +109,10 @@ def fetch(c: GroupCoordinator, call: Call, req: gm.OffsetFetchRequest) -> None:
 
 
 def _tombstones(c: GroupCoordinator, call: Call, group: Group) -> None:
-    """Delete a group and all its offsets: offset tombstones first, then the group's."""
-    for tp in sorted(group.offsets):
+    """Delete a group and all its offsets, committed or pending (a pending commit is
+    before the tombstone in the log, so a reload ends without it too): offset
+    tombstones first, then the group's."""
+    for tp in sorted({*group.offsets, *c.pending_offsets.partitions(group.group_id)}):
         c.emit(call, offset_commit_record(group.group_id, tp, None))
     c.emit(call, group_metadata_record(group.group_id, None))
 
@@ -133,8 +136,11 @@ def delete_groups(c: GroupCoordinator, call: Call, req: gm.DeleteGroupsRequest) 
 
 
 def expire(c: GroupCoordinator, call: Call) -> None:
-    """Groups empty for ``offsets_retention_ms`` lose their offsets and themselves."""
+    """Groups empty for ``offsets_retention_ms`` lose their offsets and themselves. A
+    group with a commit still pending is not expired (that commit is new activity:
+    once confirmed its timestamp restarts the clock; Kafka skips such offsets too)."""
     retention_ms = c.config.offsets_retention_ms
     for group in list(c.groups.values()):
-        if group.state == GroupState.EMPTY and not group.members and call.now_ms - group.empty_since_ms() >= retention_ms:
+        if (group.state == GroupState.EMPTY and not group.members and not c.pending_offsets.partitions(group.group_id)
+                and call.now_ms - group.empty_since_ms() >= retention_ms):
             _tombstones(c, call, group)

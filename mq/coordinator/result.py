@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mq.coordinator.records import CoordinatorRecord, OffsetCommitValue
+from mq.coordinator.records import CoordinatorRecord
 from mq.core.types import TopicPartition
 from mq.protocol.messages import Response
 
 
-@dataclass(frozen=True, slots=True)
-class RevertOffset:
-    """Undo of one speculative offset commit (when its record could not be written)."""
+@dataclass(frozen=True, slots=True, eq=False)
+class PendingOffset:
+    """One offset commit written but not yet known to be committed (Kafka's
+    ``pendingOffsetCommits``): invisible until ``GroupCoordinator.confirm`` replays
+    ``record``, dropped by ``fail``. Compared by identity: two commits of the same
+    value are two writes."""
 
     group_id: str
     tp: TopicPartition
-    written: OffsetCommitValue
-    previous: OffsetCommitValue | None
+    record: CoordinatorRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +29,21 @@ class RedoRebalance:
     generation: int
 
 
-Undo = RevertOffset | RedoRebalance
-
-
 @dataclass(frozen=True, slots=True)
 class CoordinatorResult:
     """``records`` are appended atomically (one batch) to the shard's partition; each
     ``(request_id, response)`` is sent once they are committed (at once if there are
-    none). The coordinator has already applied ``records`` (speculatively, as Kafka's
-    coordinator runtime does): the shell must not replay them. When they cannot be
-    written, ``GroupCoordinator.fail(result, code)`` undoes them and gives the error
-    answers; ``undo`` is what it needs for that."""
+    none).
+
+    When they are committed the shell calls ``GroupCoordinator.confirm(result)`` (right
+    before sending the responses): the result's offset commits (``offsets``) become
+    visible then, not before. Its other records (group metadata, tombstones) the
+    coordinator has already applied, speculatively, as Kafka's does: the shell must
+    not replay them. When the records cannot be written or committed,
+    ``GroupCoordinator.fail(result, code)`` drops the pending offsets, rebalances a
+    generation that was not written (``undo``) and gives the error answers."""
 
     records: list[CoordinatorRecord] = field(default_factory=list)
     responses: list[tuple[int, Response]] = field(default_factory=list)
-    undo: tuple[Undo, ...] = field(default=(), repr=False, compare=False)
+    undo: tuple[RedoRebalance, ...] = field(default=(), repr=False, compare=False)
+    offsets: tuple[PendingOffset, ...] = field(default=(), repr=False, compare=False)

@@ -1,8 +1,9 @@
 """Seeded simulation of one group coordinator shard and a group of model consumers.
 
 A ``GroupCoordinator`` behind a small broker shell (a log whose high watermark lags
-the appends; responses released once the records they wait for are committed, as the
-broker does) serves ``ModelMember``s over per-member FIFO links that lose messages.
+the appends; once the high watermark passes a result's records the shell calls
+``confirm`` and releases its responses, as the broker does) serves ``ModelMember``s
+over per-member FIFO links that lose messages.
 Faults: member crashes and restarts (static members come back with their instance
 id), slow members (paused past their session or rebalance timeout), graceful leaves,
 new members, a topic growing, failed appends (``fail()``), and coordinator fail-over:
@@ -19,6 +20,10 @@ Checked after every event:
   one generation are disjoint.
 - committed offsets never go back: the group's offsets in the committed log prefix
   only grow, and the coordinator never answers below a commit it acknowledged.
+- an OffsetFetch sees only committed offsets: every answer (a member's, for the
+  partitions it is assigned; an admin's, for all, after every write) is exactly the
+  latest value in the committed log prefix (-1: none) — never an offset a fail-over
+  could still lose, never a stale one.
 
 After the faults, a quiet period: the group must settle (Stable, every live member in
 the current generation, every partition held by exactly one of them, the group's
@@ -151,12 +156,41 @@ class GroupSim:
                                          f"to both {owner} and {other}")
         seen[owner] = assignment
         # OffsetFetch: newly assigned partitions start at the group's committed offset
-        group = self.coordinator.groups.get(GROUP)
-        for tp in sorted(assignment - member.positions.keys()):
-            value = None if group is None else group.offsets.get(tp)
-            member.positions[tp] = 0 if value is None else value.offset
+        fetched = self.offset_fetch(sorted(assignment - member.positions.keys()))
+        for tp, offset in fetched.items():
+            member.positions[tp] = max(offset, 0)
         for tp in sorted(member.positions.keys() - assignment):
             del member.positions[tp]
+
+    def offset_fetch(self, tps: list[TopicPartition] | None) -> dict[TopicPartition, int]:
+        """An OffsetFetch answered by the current coordinator (``tps`` None: all the
+        group's partitions), checked against the committed log prefix."""
+        if tps is None:
+            request = gm.OffsetFetchRequest(GROUP)
+        elif not tps:
+            return {}
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            request = gm.OffsetFetchRequest(GROUP, [gm.OffsetFetchTopic(t, ps) for t, ps in by_topic.items()])
+        self._next_request_id += 1
+        result = self.coordinator.handle(request, request_id=self._next_request_id, client_id="admin",
+                                         client_host="/sim", topics=self.topics, now_ms=self.now_ms)
+        [(_, response)] = result.responses
+        assert isinstance(response, gm.OffsetFetchResponse) and not result.records
+        answer = {TopicPartition(t.name, p.partition): p.offset for t in response.topics for p in t.partitions}
+        for tp, offset in sorted(answer.items()):
+            committed = self.committed.get(tp, -1)
+            if offset != committed:
+                what = "is not in the committed log prefix" if offset > committed else "is stale"
+                raise InvariantViolation(f"OffsetFetch answered {offset} for {tp}: {what} "
+                                         f"(committed: {committed}, high watermark {self.high_watermark})")
+        if tps is None:
+            missing = sorted(tp for tp in self.committed if tp not in answer)
+            if missing:
+                raise InvariantViolation(f"OffsetFetch of all partitions misses committed {missing}")
+        return answer
 
     # ------------------------------------------------------------ the broker shell
 
@@ -180,6 +214,7 @@ class GroupSim:
             end = len(self.log)
             stall = 300 if self.rng.random() < 0.05 else 0
             self.scheduler.schedule(self.now_ms + stall + self.rng.randint(2, 40), lambda: self._replicate(end))
+            self.offset_fetch(None)  # an admin looks while the write is pending
         else:
             for rid, response in result.responses:
                 self._to_member(rid, response)
@@ -200,6 +235,7 @@ class GroupSim:
         released = [p for p in self.pending if p[0] <= self.high_watermark]
         self.pending = [p for p in self.pending if p[0] > self.high_watermark]
         for _, result in released:
+            self.coordinator.confirm(result)
             for rid, response in result.responses:
                 self._to_member(rid, response)
         self.check_offsets()

@@ -1,7 +1,7 @@
 """Group coordinator simulation: member crashes, slow members, lost messages, failed
-appends and coordinator fail-over, with "≤ 1 owner per partition per generation" and
-"committed offsets never go back" checked after every event, and the group settling
-afterwards. A failing seed prints ``MQ_SEED=<n> pytest tests/sim/test_sim_groups.py``."""
+appends and coordinator fail-over, with "≤ 1 owner per partition per generation",
+"committed offsets never go back" and "an OffsetFetch answers only committed offsets"
+checked after every event, and the group settling afterwards. A failing seed prints ``MQ_SEED=<n> pytest tests/sim/test_sim_groups.py``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 import mq.coordinator.offsets as coordinator_offsets
 import mq.coordinator.rebalance as coordinator_rebalance
+from mq.coordinator.coordinator import GroupCoordinator
 from mq.sim import run_seeds, seeds
 from mq.sim.groups import GroupSimRun, group_schedule
 from mq.sim.scheduler import InvariantViolation
@@ -51,6 +52,20 @@ def test_the_checks_catch_unfenced_commits(monkeypatch) -> None:
     caught = _caught(30)
     print(f"caught: {caught}")
     assert caught is not None, "30 seeds did not notice a zombie moving an offset back"
+
+
+def test_the_checks_catch_speculative_offsets(monkeypatch) -> None:
+    """Mutation check: a coordinator that shows a commit before its record is committed."""
+    emit_offset = GroupCoordinator.emit_offset
+
+    def speculative(self, call, group_id, tp, record) -> None:  # type: ignore[no-untyped-def]
+        emit_offset(self, call, group_id, tp, record)
+        self._apply(record)
+
+    monkeypatch.setattr(GroupCoordinator, "emit_offset", speculative)
+    caught = _caught(30)
+    print(f"caught: {caught}")
+    assert caught is not None and "not in the committed log prefix" in caught
 
 
 @pytest.mark.nightly

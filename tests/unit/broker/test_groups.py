@@ -305,3 +305,67 @@ def test_the_cleaner_compacts_the_offsets_partition_and_a_new_leader_loads_what_
     c.elect(tp, new)
     c.settle()
     assert fetched(c.fetch_offsets(new, "g", [T0, T1])) == {T0: 79, T1: 1079}
+
+
+def _followers_down(c: GroupCluster, node: int) -> list[int]:
+    followers = [i for i in c.ids if i != node]
+    for follower in followers:
+        c.kill(follower)
+    return followers
+
+
+def test_an_offset_fetch_sees_a_commit_only_once_the_high_watermark_passes_it():
+    """Kafka's pendingOffsetCommits: with RF=3 the commit's record sits in the leader's
+    log, uncommitted, until the followers fetch it; meanwhile OffsetFetch answers the
+    previous offset."""
+    c = ready(cluster())
+    node = c.coordinator_of("g")
+    leader = c.nodes[node].partitions[c.offsets_tp("g")]
+    assert commit_codes(c.commit(node, "g", {T0: 5})) == [ErrorCode.NONE]
+    followers = _followers_down(c, node)
+    pending = c.send(node, commit_request("g", {T0: 9}))
+    assert isinstance(pending, Pending)
+    c.settle()
+    assert (leader.log.log_end_offset, leader.high_watermark) == (2, 1)
+    assert c.answer(node, pending) is None
+    assert fetched(c.fetch_offsets(node, "g", [T0])) == {T0: 5}
+    assert c.nodes[node].groups.snapshot()[0].offsets == {T0: 5}  # metrics see committed offsets only
+    for follower in followers:
+        c.restart(follower)
+    c.advance(10)
+    assert leader.high_watermark == 2
+    assert commit_codes(c.answer(node, pending)) == [ErrorCode.NONE]
+    assert fetched(c.fetch_offsets(node, "g", [T0])) == {T0: 9}
+
+
+def test_a_commit_lost_with_its_coordinator_was_never_visible():
+    """The coordinator dies with the commit's record unreplicated: before, nobody could
+    read the new offset; after, the new coordinator (which never had the record)
+    answers the old one — the group's offset never went back as seen from outside."""
+    c = ready(cluster())
+    old = c.coordinator_of("g")
+    assert commit_codes(c.commit(old, "g", {T0: 5})) == [ErrorCode.NONE]
+    followers = _followers_down(c, old)
+    pending = c.send(old, commit_request("g", {T0: 9}))
+    c.settle()
+    assert fetched(c.fetch_offsets(old, "g", [T0])) == {T0: 5}
+    c.kill(old)
+    c.elect(c.offsets_tp("g"), followers[0], isr=tuple(followers))
+    for follower in followers:
+        c.restart(follower)
+    c.settle()
+    assert c.coordinator_of("g") == followers[0]
+    assert fetched(c.fetch_offsets(followers[0], "g", [T0])) == {T0: 5}
+    assert c.answer(old, pending) is None  # the old coordinator is gone; its client times out
+
+
+def test_a_timed_out_commit_stays_invisible():
+    c = ready(cluster(**{"offsets.commit.timeout.ms": "500"}))
+    node = c.coordinator_of("g")
+    assert commit_codes(c.commit(node, "g", {T0: 5})) == [ErrorCode.NONE]
+    _followers_down(c, node)
+    pending = c.send(node, commit_request("g", {T0: 9}))
+    c.advance(600)
+    assert commit_codes(c.answer(node, pending)) == [ErrorCode.REQUEST_TIMED_OUT]
+    assert fetched(c.fetch_offsets(node, "g", [T0])) == {T0: 5}
+    assert not c.nodes[node].groups.coordinator(c.offsets_tp("g").partition).pending_offsets

@@ -19,7 +19,9 @@ CONFIG = GroupConfig(min_session_timeout_ms=100, max_session_timeout_ms=60_000, 
 
 
 class Shard:
-    """Every result's records are committed at once (the log is ``self.log``)."""
+    """Every result's records are committed at once (the log is ``self.log``), unless
+    ``hold`` is set: then results with records wait in ``held`` (appended, not yet
+    committed) for ``commit_held``/``fail_held``, their responses with them."""
 
     def __init__(self, config: GroupConfig = CONFIG, *, seed: int = 1, topics: dict[str, int] | None = None) -> None:
         self.config = config
@@ -30,14 +32,39 @@ class Shard:
         self.responses: dict[int, Response] = {}
         self._next_request_id = 0
         self.last_result = CoordinatorResult()
+        self.hold = False
+        self.held: list[CoordinatorResult] = []
 
     def _take(self, result: CoordinatorResult) -> CoordinatorResult:
         self.last_result = result
         self.log.extend(result.records)
-        for request_id, response in result.responses:
+        if result.records and self.hold:
+            self.held.append(result)
+        else:
+            if result.records:
+                self.coordinator.confirm(result)
+            self._answer(result.responses)
+        return result
+
+    def _answer(self, responses: list[tuple[int, Response]]) -> None:
+        for request_id, response in responses:
             assert request_id not in self.responses, "a request answered twice"
             self.responses[request_id] = response
-        return result
+
+    def commit_held(self, result: CoordinatorResult | None = None) -> None:
+        """The high watermark passed ``result`` (default: the oldest held one)."""
+        result = self.held[0] if result is None else result
+        self.held = [r for r in self.held if r is not result]
+        self.coordinator.confirm(result)
+        self._answer(result.responses)
+
+    def fail_held(self, result: CoordinatorResult, code: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
+                  *, lost: bool = True) -> None:
+        """``result`` did not commit (``lost``: its records are cut from the log too)."""
+        self.held = [r for r in self.held if r is not result]
+        if lost:
+            self.log = [r for r in self.log if not any(r is mine for mine in result.records)]
+        self._answer(self.coordinator.fail(result, code))
 
     def send(self, request: Request, *, client_id: str = "c") -> int:
         self._next_request_id += 1
