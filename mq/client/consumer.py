@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mq.client.cluster import FETCH_LANE, ClusterClient
-from mq.client.group_consumer import CommitCallback, GroupClient, Listener
+from mq.client.group_consumer import CommitCallback, GroupClient, Listener, cancel_tasks
 from mq.client.internals.fetcher import ConsumerRecord, Fetcher, OffsetGap, SentFetch
 from mq.client.internals.group_membership import ConsumerCoordinator
 from mq.client.internals.offset_commit import GroupMetadata, OffsetAndMetadata
@@ -121,9 +121,10 @@ class Consumer:
             if self._group is not None:
                 await self._group.close()
         finally:
-            if self._lookup_task is not None:
-                self._lookup_task.cancel()
-            await self.cluster.close()
+            try:
+                await cancel_tasks([self._lookup_task])
+            finally:
+                await self.cluster.close()
 
     def _wakeup(self) -> None:
         if self._event is not None:

@@ -186,9 +186,16 @@ class GroupClient:
         self.start_committed_fetch()
         if self.auto_commit.due(self.now_ms()):
             self.auto_commit.reset(self.now_ms())
-            offsets = self.positions()
+            # An eager member's JoinGroup in flight: what it owned was committed before the
+            # join, and a commit now would only be fenced. A cooperative member keeps
+            # consuming during its join, so it keeps committing (a commit the new
+            # generation fences is answered harmlessly: see _commit_once).
+            offsets = {} if self._eager_join_in_flight() else self.positions()
             if offsets:
                 self.commit_async(offsets, callback=self._log_auto_commit)
+
+    def _eager_join_in_flight(self) -> bool:
+        return self.core.state == MemberState.REBALANCING and not self.core.is_cooperative
 
     def wake_at_ms(self, now_ms: int) -> int | None:
         """When ``poll`` should run ``maintain`` again without other news."""
@@ -397,7 +404,7 @@ class GroupClient:
         elif code in COORDINATOR_GONE:
             core.coordinator_unknown(self.now_ms())
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
-            core.request_rejoin("a commit found the group rebalancing")
+            core.on_rebalance_in_progress(generation, "a commit")
         message = response.error_message or f"commit of {tp} failed: {code.description}"  # type: ignore[attr-defined]
         if code in GENERATION_GONE:
             message = (f"commit failed ({code.name}): this consumer is no longer a member of "
@@ -437,9 +444,14 @@ class GroupClient:
 
     def _log_auto_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata],
                          error: BaseException | None) -> None:
-        if error is not None:
-            log.warning("event=auto_commit_failed group=%s partitions=%s error=%s",
-                        self.core.group_id, len(offsets), error)
+        if error is None:
+            return
+        # A cooperative member's commit fenced by the generation it is joining is expected
+        # (the next auto-commit, in the new generation, carries the positions): not a warning.
+        expected = isinstance(error, MqError) and error.code == ErrorCode.REBALANCE_IN_PROGRESS
+        log.log(logging.INFO if expected else logging.WARNING,
+                "event=auto_commit_failed group=%s partitions=%s error=%s",
+                self.core.group_id, len(offsets), error)
 
     async def commit_quietly(self, offsets: dict[TopicPartition, OffsetAndMetadata], when: str) -> None:
         """Auto-commit on revoke/close: a failure is logged (the records will be read again)."""
@@ -512,9 +524,7 @@ class GroupClient:
     # ------------------------------------------------------------------ leave, close
 
     async def _leave(self, reason: str) -> None:
-        if self._join_task is not None:
-            self._join_task.cancel()
-            self._join_task = None
+        self._cancel_join()
         request = self.core.leave_group(self.now_ms(), reason=reason)
         if request is not None:
             try:
@@ -527,9 +537,7 @@ class GroupClient:
         owned = self.core.take_revoke_all() if self.core.subscribed else ()
         self.core.unsubscribe()
         self.subscriptions.assign([])
-        if self._join_task is not None:
-            self._join_task.cancel()
-            self._join_task = None
+        self._cancel_join()
         # the state changes now (a subscribe() right after starts afresh); the request later
         request = self.core.leave_group(self.now_ms(), reason="the consumer unsubscribed")
         coordinator = self.core.coordinator
@@ -550,9 +558,7 @@ class GroupClient:
         """Auto-commit, on_revoke, LeaveGroup (dynamic members), then stop the tasks."""
         core = self.core
         try:
-            if self._join_task is not None:
-                self._join_task.cancel()
-                self._join_task = None
+            self._cancel_join()
             lost = core.take_lost()
             if lost:
                 self._drop(lost)
@@ -569,16 +575,44 @@ class GroupClient:
                 await asyncio.wait(list(self._background), timeout=self.request_timeout_ms / 1000)
         finally:
             self.closed = True
-            for task in (self._heartbeat_task, self._committed_task, self._find_task, *self._background):
-                if task is not None and not task.done():
-                    task.cancel()
             self._timer_event.set()
+            # awaited, not just cancelled: a loop closed right after close() must not
+            # destroy pending tasks ("Task was destroyed but it is pending!")
+            self._cancel_join()
+            await cancel_tasks([self._heartbeat_task, self._committed_task, self._find_task,
+                                *self._background])
+
+    def _cancel_join(self) -> None:
+        """Abandon the JoinGroup in flight (close awaits the cancelled task)."""
+        task, self._join_task = self._join_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            self._track(task)
 
     def _spawn(self, coro: Any) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
+        return self._track(asyncio.get_running_loop().create_task(coro))
+
+    def _track(self, task: asyncio.Task) -> asyncio.Task:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+
+async def cancel_tasks(tasks: Iterable[asyncio.Task | None], *, timeout_s: float = 5.0) -> None:
+    """Cancel ``tasks`` and wait until they finished (the calling task itself excluded);
+    their outcomes are consumed, so no "exception was never retrieved" warning follows."""
+    current = asyncio.current_task()
+    pending = {t for t in tasks if t is not None and t is not current and not t.done()}
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return
+    done, still = await asyncio.wait(pending, timeout=timeout_s)
+    for task in done:
+        if not task.cancelled():
+            task.exception()
+    for task in still:
+        log.warning("event=task_not_cancelled task=%r", task)
 
 
 def _retriable_commit(code: ErrorCode) -> bool:

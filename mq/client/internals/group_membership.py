@@ -28,10 +28,13 @@ KIP-394: a dynamic member's first JoinGroup (no member id) is answered at once w
 MEMBER_ID_REQUIRED and an allocated id; the member rejoins with it at once. So while
 its JoinGroup is parked it knows its id and ``leave_group`` can name it.
 
-Heartbeats run only while STABLE, every ``heartbeat_interval_ms``. Without a successful
-heartbeat for ``session_timeout_ms`` the coordinator is presumed gone and is looked up
-again (the coordinator will have removed the member by then: the next heartbeat or join
-says so).
+Heartbeats run only while STABLE, every ``heartbeat_interval_ms``. Without any heartbeat
+answer from the coordinator for ``session_timeout_ms`` (whatever its error code, except
+NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE: an answer proves it alive) the coordinator is
+presumed gone and is looked up again (the coordinator will have removed the member by
+then: the next heartbeat or join says so). REBALANCE_IN_PROGRESS asks a STABLE member of
+the current generation to rejoin; an answer to a request sent before this member's
+JoinGroup (older generation, or the join in flight) asks for nothing more.
 """
 
 from __future__ import annotations
@@ -345,13 +348,22 @@ class ConsumerCoordinator:
         """Apply a heartbeat answer (for the generation it was sent in); a fenced member
         gets an error to raise from poll."""
         self.heartbeat_in_flight = False
+        code = error_code(response.error_code)
+        if code not in COORDINATOR_GONE:
+            # Any answer proves the coordinator alive (REBALANCE_IN_PROGRESS too: an eager
+            # member still committing before its rejoin must not give up on it).
+            self._heartbeat_ok_ms = max(self._heartbeat_ok_ms, now_ms)
         if generation_id != self.generation_id:
             return None  # the member rejoined since: the answer is stale
-        code = error_code(response.error_code)
         if code == ErrorCode.NONE:
-            self._heartbeat_ok_ms = now_ms
             return None
-        return self.on_group_error(code, now_ms, response.error_message)
+        if self.state == MemberState.REBALANCING and code in (ErrorCode.REBALANCE_IN_PROGRESS,
+                                                               ErrorCode.ILLEGAL_GENERATION):
+            # Sent before this member's JoinGroup: that join is the rejoin the answer asks
+            # for, and its answer decides what the member keeps (a rebalance after it shows
+            # in the heartbeats of the new generation).
+            return None
+        return self.on_group_error(code, now_ms, response.error_message, generation_id=generation_id)
 
     def on_heartbeat_failed(self, now_ms: int) -> None:
         self.heartbeat_in_flight = False
@@ -359,21 +371,35 @@ class ConsumerCoordinator:
         self._heartbeat_next_ms = now_ms + self.retry_backoff_ms
 
     def session_expired(self, now_ms: int) -> bool:
-        """No heartbeat answered for the session timeout: the coordinator is presumed gone."""
+        """No heartbeat answered (by a coordinator that is still the coordinator) for the
+        session timeout: the coordinator is presumed gone."""
         return (self.state == MemberState.STABLE
                 and now_ms - self._heartbeat_ok_ms > self.session_timeout_ms)
 
-    def on_group_error(self, code: ErrorCode, now_ms: int, message: str = "") -> MqError | None:
-        """A group-level error from a heartbeat or a commit."""
+    def on_group_error(self, code: ErrorCode, now_ms: int, message: str = "", *,
+                       generation_id: int | None = None) -> MqError | None:
+        """A group-level error from a heartbeat or a commit sent in ``generation_id``
+        (None: the current one)."""
         if code in COORDINATOR_GONE:
             self.coordinator_unknown(now_ms)
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
-            self.request_rejoin("the group is rebalancing")
+            self.on_rebalance_in_progress(generation_id if generation_id is not None
+                                          else self.generation_id)
         elif code in GENERATION_GONE:
             return self._generation_gone(code, now_ms, message)
         elif code.retriable:
             self._heartbeat_next_ms = now_ms + self.retry_backoff_ms
         return None
+
+    def on_rebalance_in_progress(self, generation_id: int, what: str = "a heartbeat") -> bool:
+        """REBALANCE_IN_PROGRESS answered a request sent in ``generation_id``: rejoin, unless
+        the answer is stale (sent in an older generation) or a JoinGroup is already in
+        flight (it is the rejoin asked for; rejoining again after it would start one more
+        rebalance for nothing). True if a rejoin was requested."""
+        if self.state != MemberState.STABLE or generation_id != self.generation_id:
+            return False
+        self.request_rejoin(f"{what} found the group rebalancing")
+        return True
 
     def _generation_gone(self, code: ErrorCode, now_ms: int, message: str) -> MqError | None:
         self._lost_pending = bool(self.owned)

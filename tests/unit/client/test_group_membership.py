@@ -344,3 +344,60 @@ def test_manual_assignment_commits_as_simple_consumer() -> None:
 def test_group_partitions_sorted_and_grouped() -> None:
     assert group_partitions([TopicPartition("b", 1), TopicPartition("a", 2), TopicPartition("a", 0)]) == \
         [TopicPartitions("a", [0, 2]), TopicPartitions("b", [1])]
+
+
+# ---------------------------------------------------------------- heartbeat answers during a rebalance
+
+
+def test_any_coordinator_answer_keeps_the_session_alive() -> None:
+    """An eager member still committing before its rejoin hears REBALANCE_IN_PROGRESS
+    for longer than the session: the coordinator answered, so it is alive."""
+    c = stable([0])
+    for now in range(1_000, 25_000, 1_000):
+        c.heartbeat_request(now)
+        c.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), now + 1, generation_id=1)
+        assert not c.session_expired(now + 1)
+    assert c.coordinator is not None and c.rejoin_needed
+    # a coordinator that moved does not count
+    c.heartbeat_request(25_000)
+    c.on_heartbeat_response(HeartbeatResponse(ErrorCode.NOT_COORDINATOR), 25_001, generation_id=1)
+    assert c.coordinator is None
+
+
+def test_rebalance_in_progress_for_the_join_in_flight_does_not_rejoin_again() -> None:
+    c = stable([0, 1])
+    c.heartbeat_request(1_000)  # sent in generation 1 ...
+    c.request_rejoin("test")
+    c.join_request(1_001)  # ... then the member rejoins before the answer arrives
+    c.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), 1_002, generation_id=1)
+    assert not c.rejoin_needed
+    out = c.on_join_response(JoinGroupResponse(0, generation_id=2, assignor="range", member_id="m-1",
+                                               assignment=[TopicPartitions(T, [0, 1])]), 1_003)
+    assert out.joined and not c.need_rejoin(1_003)  # no second join right after the first
+    # a stale answer (sent in generation 1) arriving now asks for nothing either
+    c.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), 1_004, generation_id=1)
+    assert not c.need_rejoin(1_004)
+    # but the new generation's own heartbeat hearing of a rebalance rejoins
+    c.heartbeat_request(2_003)
+    c.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), 2_004, generation_id=2)
+    assert c.need_rejoin(2_004)
+
+
+def test_illegal_generation_for_a_heartbeat_sent_before_the_join_keeps_the_partitions() -> None:
+    """The group completed the generation this member's join is in: its answer decides."""
+    c = stable([0, 1], assignors="cooperative-sticky")
+    c.heartbeat_request(1_000)
+    c.request_rejoin("test")
+    c.join_request(1_001)
+    assert c.on_heartbeat_response(HeartbeatResponse(ErrorCode.ILLEGAL_GENERATION), 1_002,
+                                   generation_id=1) is None
+    assert c.take_lost() == () and c.owned == tps(0, 1) and c.state == MemberState.REBALANCING
+
+
+def test_rebalance_in_progress_from_a_commit_follows_the_same_rule() -> None:
+    c = stable([0])
+    c.join_request(1_000)
+    assert not c.on_rebalance_in_progress(1, "a commit") and not c.rejoin_needed
+    joined(c, [0], generation=2, now=1_001)
+    assert not c.on_rebalance_in_progress(1, "a commit")  # sent in generation 1: stale
+    assert c.on_rebalance_in_progress(2, "a commit") and c.need_rejoin(1_002)
