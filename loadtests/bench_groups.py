@@ -46,7 +46,7 @@ from typing import Any
 
 from loadtests import group_workloads as work
 from loadtests.region import BenchRegion
-from loadtests.stats import emit, median, versions
+from loadtests.stats import emit, load_average, median, versions
 
 WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")
 GROUP_CONFIGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "500"}
@@ -90,10 +90,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.partitions < args.consumers + 1:
         parser.error("--partitions must exceed --consumers (the joining member needs a partition)")
     return args
-
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 class GroupBench:

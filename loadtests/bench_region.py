@@ -35,7 +35,7 @@ from typing import Any
 
 from loadtests import region_workloads as work
 from loadtests.region import BenchRegion
-from loadtests.stats import Result, emit, median, versions
+from loadtests.stats import Result, emit, load_average, median, versions
 
 WORKLOADS = ("P3", "P4", "failover")
 POLICIES = ("replicated", "always")
@@ -95,10 +95,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.runs < 1 or args.records < 1 or args.kills < 1:
         parser.error("--runs, --records and --kills must be at least 1")
     return args
-
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 class RegionBench:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -111,3 +112,8 @@ def versions() -> dict[str, str]:
         "uvloop": _package_version("uvloop"), "nats-py": _package_version("nats-py"),
         "redis-py": _package_version("redis"), "machine": f"{platform.machine()} {platform.system()}",
     }
+
+
+def load_average() -> float:
+    """The 1-minute load average, printed with every figure (a busy machine skews them)."""
+    return round(os.getloadavg()[0], 2)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Self
 
 from mq.protocol.codec import decode_response, encode_request
@@ -119,3 +119,16 @@ def batch(values: Iterable[bytes], *, timestamp_ms: int | None = None, **kwargs)
 
 def values_of(records: bytes | memoryview) -> list[tuple[int, bytes | None]]:
     return [(r.offset, r.value) for r in iter_records(records)]
+
+
+def until(send: Callable[[], object], *, ok: Callable[[object], bool] = lambda r: r.error_code == 0,  # type: ignore[attr-defined]
+          timeout_s: float = 15.0) -> object:
+    """Send until the answer is ``ok`` (a retriable answer, e.g. while a coordinator
+    loads); fails with the last answer after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = send()
+        if ok(response):
+            return response
+        assert time.monotonic() < deadline, response
+        time.sleep(0.02)  # polling a retriable answer, with a deadline

@@ -37,7 +37,7 @@ from mq.protocol.messages import ApiVersionsRequest, MetadataRequest
 from tests.chaos.harness.region import Region
 
 from ..conftest import BrokerProcess, free_port
-from .raw import RawClient
+from .raw import RawClient, until
 
 GROUP = "g"
 TOPIC = "clicks"
@@ -66,14 +66,6 @@ class GroupBroker:
     member: Member
 
 
-def _until(send, *, ok=lambda r: r.error_code == ErrorCode.NONE, timeout_s: float = 15.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = send()
-        if ok(response):
-            return response
-        assert time.monotonic() < deadline, response
-        time.sleep(0.02)  # polling a retriable answer, with a deadline
 
 
 def _connect(broker) -> RawClient:
@@ -118,8 +110,8 @@ def group_broker(tmp_path_factory) -> GroupBroker:
     try:
         with _connect(broker) as c:
             c.create_topic(TOPIC, PARTITIONS)
-            _until(lambda: c.request(FindCoordinatorRequest(GROUP)))
-            joined = _until(lambda: _join_member(c, GROUP), ok=lambda r: r.error_code not in RETRIABLE)
+            until(lambda: c.request(FindCoordinatorRequest(GROUP)))
+            joined = until(lambda: _join_member(c, GROUP), ok=lambda r: r.error_code not in RETRIABLE)
             assert joined.error_code == ErrorCode.NONE, joined
             member = Member(joined.generation_id, joined.member_id)
             committed = c.request(_commit(TOPIC, *(OffsetCommitPartition(p, o) for p, o in COMMITTED.items()),
@@ -303,7 +295,7 @@ def test_join_whose_group_record_would_be_too_large(group_broker):
         assert joined.error_code == ErrorCode.NONE, joined
         left = c.request(LeaveGroupRequest("huge-group", [MemberIdentity(joined.member_id)]))
         assert [m.error_code for m in left.members] == [ErrorCode.NONE]
-        deleted = _until(lambda: c.request(DeleteGroupsRequest(["huge-group"])),
+        deleted = until(lambda: c.request(DeleteGroupsRequest(["huge-group"])),
                          ok=lambda r: r.results[0].error_code != ErrorCode.NON_EMPTY_GROUP)
         assert deleted.results[0].error_code == ErrorCode.NONE
     assert_intact(group_broker)
@@ -402,7 +394,7 @@ def test_restart_replays_only_what_was_accepted(group_broker):
     broker.stop()
     broker.start()
     with _connect(broker) as c:
-        _until(lambda: c.request(OffsetFetchRequest(GROUP, [OffsetFetchTopic(TOPIC, [0])])))
+        until(lambda: c.request(OffsetFetchRequest(GROUP, [OffsetFetchTopic(TOPIC, [0])])))
         listed = sorted(g.group_id for g in c.request(ListGroupsRequest()).groups)
         assert listed == [GROUP, "too-large-commit"]  # its one accepted commit; nothing refused
         assert _offsets(c, "too-large-commit") == {0: 10}
@@ -417,13 +409,13 @@ def test_group_requests_to_a_broker_that_is_not_the_coordinator(tmp_path):
     with Region(tmp_path / "region", configs=configs, proxy=False).start() as region:
         with RawClient.to(region.node(1)) as c:
             c.create_topic(TOPIC, PARTITIONS)
-            found = _until(lambda: c.request(FindCoordinatorRequest(GROUP)))
+            found = until(lambda: c.request(FindCoordinatorRequest(GROUP)))
         coordinator = found.node_id
         with RawClient.to(region.node(coordinator)) as c:
-            joined = _until(lambda: _join_member(c, GROUP), ok=lambda r: r.error_code not in RETRIABLE)
+            joined = until(lambda: _join_member(c, GROUP), ok=lambda r: r.error_code not in RETRIABLE)
             assert joined.error_code == ErrorCode.NONE, joined
             member = Member(joined.generation_id, joined.member_id)
-            committed = _until(lambda: c.request(_commit(TOPIC, OffsetCommitPartition(0, 10), member=member)),
+            committed = until(lambda: c.request(_commit(TOPIC, OffsetCommitPartition(0, 10), member=member)),
                                ok=lambda r: _codes(r) != [ErrorCode.NOT_COORDINATOR])
             assert _codes(committed) == [ErrorCode.NONE]
         others = [n for n in region.ids if n != coordinator]

@@ -5,7 +5,6 @@ and the offsets survive a broker restart (the coordinator replays the partition)
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from mq.core.errors import ErrorCode
 from mq.protocol.group_messages import (
@@ -21,7 +20,7 @@ from mq.protocol.group_messages import (
 )
 from mq.protocol.messages import MetadataRequest
 
-from .raw import RawClient
+from .raw import RawClient, until
 
 CONFIGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "10",
            "offsets.topic.num.partitions": "3"}
@@ -29,18 +28,9 @@ RETRIABLE = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_
              ErrorCode.NOT_COORDINATOR)
 
 
-def _until(send, *, ok=lambda r: r.error_code == ErrorCode.NONE, timeout_s: float = 10.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = send()
-        if ok(response):
-            return response
-        assert time.monotonic() < deadline, response
-        time.sleep(0.02)  # polling a retriable answer, with a deadline
-
 
 def _offsets(client: RawClient, group: str) -> dict[int, int]:
-    response = _until(lambda: client.request(OffsetFetchRequest(group, [OffsetFetchTopic("clicks", [0, 1])])))
+    response = until(lambda: client.request(OffsetFetchRequest(group, [OffsetFetchTopic("clicks", [0, 1])])))
     return {p.partition: p.offset for p in response.topics[0].partitions}
 
 
@@ -50,14 +40,14 @@ def test_find_join_commit_fetch_and_restart(broker_factory):
         c.create_topic("clicks", 2)
         first = c.request(FindCoordinatorRequest("analytics"))
         assert first.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        found = _until(lambda: c.request(FindCoordinatorRequest("analytics")))
+        found = until(lambda: c.request(FindCoordinatorRequest("analytics")))
         assert (found.node_id, found.port) == (1, broker.port)
         meta = c.request(MetadataRequest(["__consumer_offsets"]))
         assert meta.topics[0].is_internal and len(meta.topics[0].partitions) == 3
 
         join = JoinGroupRequest("analytics", session_timeout_ms=10_000, rebalance_timeout_ms=5000,
                                 assignors=["range"], topics=["clicks"])
-        required = _until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
+        required = until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
         assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED and required.member_id, required  # KIP-394
         joined = c.request(dataclasses.replace(join, member_id=required.member_id))
         assert joined.error_code == ErrorCode.NONE, joined

@@ -35,7 +35,7 @@ from mq.protocol.group_messages import (
 )
 from mq.protocol.record_batch import build_batch, iter_batches, iter_records
 
-from .raw import RawClient
+from .raw import RawClient, until
 
 GROUP = "compaction"
 TOPIC = "events"
@@ -56,14 +56,6 @@ CONFIGS = {
 RETRIABLE = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
-def _until(send, *, ok=lambda r: r.error_code == ErrorCode.NONE, timeout_s: float = 15.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = send()
-        if ok(response):
-            return response
-        assert time.monotonic() < deadline, response
-        time.sleep(0.02)  # polling a retriable answer, with a deadline
 
 
 def _dir_bytes(path: Path) -> tuple[int, int, int]:
@@ -142,10 +134,10 @@ def test_hundred_thousand_commits_stay_small_and_survive_a_restart(broker_factor
     partition_dir = broker.data_dir / f"{OFFSETS_TOPIC}-0"
     with RawClient.to(broker, timeout_s=30) as c:
         c.create_topic(TOPIC, PARTITIONS)
-        _until(lambda: c.request(FindCoordinatorRequest(GROUP)))
+        until(lambda: c.request(FindCoordinatorRequest(GROUP)))
         join = JoinGroupRequest(GROUP, session_timeout_ms=120_000, rebalance_timeout_ms=5000,
                                 assignors=["range"], topics=[TOPIC])
-        required = _until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
+        required = until(lambda: c.request(join), ok=lambda r: r.error_code not in RETRIABLE)
         assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED, required  # KIP-394: rejoin with this id
         joined = c.request(replace(join, member_id=required.member_id))
         assert joined.error_code == ErrorCode.NONE, joined
@@ -192,7 +184,7 @@ def test_hundred_thousand_commits_stay_small_and_survive_a_restart(broker_factor
     started = time.monotonic()
     broker.start()
     with RawClient.to(broker) as c:
-        fetched = _until(lambda: c.request(OffsetFetchRequest(GROUP, [OffsetFetchTopic(TOPIC, list(range(PARTITIONS)))])))
+        fetched = until(lambda: c.request(OffsetFetchRequest(GROUP, [OffsetFetchTopic(TOPIC, list(range(PARTITIONS)))])))
         print(f"restart to offsets served: {time.monotonic() - started:.1f} s")
         assert {p.partition: p.offset for p in fetched.topics[0].partitions} == last
         assert {p.metadata for p in fetched.topics[0].partitions} == {f"r{COMMITS // PARTITIONS - 1}"}
