@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mq.client.connection import BrokerConnection
 from mq.client.internals.metadata import Metadata, parse_bootstrap
@@ -303,11 +303,24 @@ class ClusterClient:
 
     async def close(self) -> None:
         self.closed = True
-        for task in (self._refresh, self._soon):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in list(self._connecting.values()):
-            task.cancel()
         for conn in list(self._connections.values()):
             conn.close()
         self._connections.clear()
+        await cancel_tasks([self._refresh, self._soon, *self._connecting.values()])
+
+
+async def cancel_tasks(tasks: Iterable[asyncio.Task | None], *, timeout_s: float = 5.0) -> None:
+    """Cancel ``tasks`` and wait until they finished (the calling task itself excluded);
+    their outcomes are consumed, so no "exception was never retrieved" warning follows."""
+    current = asyncio.current_task()
+    pending = {t for t in tasks if t is not None and t is not current and not t.done()}
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return
+    done, still = await asyncio.wait(pending, timeout=timeout_s)
+    for task in done:
+        if not task.cancelled():
+            task.exception()
+    for task in still:
+        log.warning("event=task_not_cancelled task=%r", task)

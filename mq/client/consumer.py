@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mq.client.cluster import FETCH_LANE, ClusterClient
-from mq.client.group_consumer import CommitCallback, GroupClient, Listener, cancel_tasks
+from mq.client.cluster import FETCH_LANE, ClusterClient, cancel_tasks
+from mq.client.group_consumer import CommitCallback, GroupClient, Listener
 from mq.client.internals.fetcher import ConsumerRecord, Fetcher, OffsetGap, SentFetch
 from mq.client.internals.group_membership import ConsumerCoordinator
 from mq.client.internals.offset_commit import GroupMetadata, OffsetAndMetadata

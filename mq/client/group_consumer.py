@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mq.client.cluster import cancel_tasks
 from mq.client.internals.group_membership import (
     COORDINATOR_GONE,
     GENERATION_GONE,
@@ -598,21 +599,6 @@ class GroupClient:
         return task
 
 
-async def cancel_tasks(tasks: Iterable[asyncio.Task | None], *, timeout_s: float = 5.0) -> None:
-    """Cancel ``tasks`` and wait until they finished (the calling task itself excluded);
-    their outcomes are consumed, so no "exception was never retrieved" warning follows."""
-    current = asyncio.current_task()
-    pending = {t for t in tasks if t is not None and t is not current and not t.done()}
-    for task in pending:
-        task.cancel()
-    if not pending:
-        return
-    done, still = await asyncio.wait(pending, timeout=timeout_s)
-    for task in done:
-        if not task.cancelled():
-            task.exception()
-    for task in still:
-        log.warning("event=task_not_cancelled task=%r", task)
 
 
 def _retriable_commit(code: ErrorCode) -> bool:

@@ -31,3 +31,19 @@ async def test_large_produce_as_first_request_on_a_new_connection(shared_broker,
         conn.close()
     [partition] = response.topics[0].partitions
     assert (partition.error_code, partition.base_offset) == (0, 0)
+
+
+async def test_close_waits_for_its_background_tasks(shared_broker) -> None:
+    """A refresh still running at close is cancelled and awaited: nothing is left
+    pending for the event loop to destroy ("Task was destroyed but it is pending")."""
+    import asyncio
+
+    from mq.client.cluster import ClusterClient
+
+    cluster = ClusterClient(shared_broker.bootstrap, client_id="close-test")
+    cluster.update_metadata_soon()
+    cluster.refresh_in_background()
+    tasks = [cluster._refresh, cluster._soon]
+    await asyncio.sleep(0)  # let them start
+    await cluster.close()
+    assert all(task is not None and task.done() for task in tasks)
