@@ -336,12 +336,21 @@ def _r14(tmp_path, *, rounds: int | None, hold_s: float, healed_s: float) -> Non
                 else:
                     proxy.cut_both(a, b)
                 run.hold(hold_s)
+                if alone is not None:
+                    majority = [n for n in ids if n != alone]
+
+                    def on_majority(s, maj=majority) -> bool:
+                        return all((b := s.best(p, nodes=maj)) is not None and b.leader in maj
+                                   for p in range(run.partitions))
+
+                    # Keep the cut until the majority leads everything, up to the budget
+                    # (an isolated controller costs an election plus a broker session).
+                    while (run.monitor.first(on_majority, after_ms=at) is None
+                           and run.history.now_ms() < at + R14_NEW_LEADER_MS):
+                        run.hold(0.25)
                 proxy.heal_all()
             if alone is not None:
-                majority = [n for n in ids if n != alone]
-                when = run.monitor.first(lambda s, maj=majority: all(
-                    (b := s.best(p, nodes=maj)) is not None and b.leader in maj
-                    for p in range(run.partitions)), after_ms=at)
+                when = run.monitor.first(on_majority, after_ms=at)
                 took = None if when is None else when - at
                 if took is None or took > R14_NEW_LEADER_MS:
                     slow.append(f"{what}: {took}")
