@@ -186,13 +186,16 @@ def _print_links(links: list[dict]) -> None:
 
 
 def _flows(launcher, deployment) -> list[dict]:
+    from mq.deploy.services import mirror_available
+
+    installed = mirror_available() if deployment.flows else False
     _, mirrors = launcher.service_status()
     by_key = {m.service.key: m for m in mirrors}
     out = []
     for flow in deployment.flows:
         proc = by_key.get(f"mirror/{flow.name}")
         out.append({"name": flow.name, "source": flow.source, "target": flow.target, "mode": flow.mode,
-                    "process": proc.to_json() if proc is not None else None,
+                    "process": proc.to_json() if proc is not None else None, "mirror_installed": installed,
                     "status_file": flow.status_path, "mirror_status": _read_json(flow.status_path)})
     return out
 
@@ -212,7 +215,8 @@ def _print_flows(flows: list[dict]) -> None:
     now_ms = time.time() * 1000
     for f in flows:
         proc = f["process"] or {}
-        mirror = f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
+        mirror = (f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
+                  if f["mirror_installed"] else "[yellow]not installed[/]")
         s = f["mirror_status"] or {}
         updated = s.get("updated_at_ms")
         age = f"{max(0.0, now_ms - updated) / 1000:.0f} s ago" if isinstance(updated, (int, float)) else "-"

@@ -186,6 +186,9 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
     assert b"stopped link/east-west" in down.stdout and b"stopped east/broker-1" in down.stdout
     assert state is not None and not any(is_alive(pid) for pid in pids(state).values())
     assert not (tmp_path / ".mq" / "cluster.json").exists()
+    link_log = (tmp_path / ".mq" / "links" / "east-west" / "link.log").read_text()
+    assert "link cut link=east->west mode=blackhole" in link_log and "link stopped pair=east-west" in link_log
+    assert "Traceback" not in link_log, link_log
 
 
 FAKE_MIRROR = '''\
