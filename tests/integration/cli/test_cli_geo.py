@@ -137,10 +137,6 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
         assert consumed.stdout.decode().splitlines() == ["a", "b", "c"], consumed.stderr
         assert b"orders" not in run_mq("topic", "list", "--region", "west", env=env, cwd=tmp_path).stdout
         assert b"orders" in run_mq("topic", "list", env={**env, "MQ_REGION": "east"}, cwd=tmp_path).stdout
-        assert b"orders" in run_mq("topic", "list", "--region", "west", "--bootstrap", ports["east"],
-                                   env=env, cwd=tmp_path).stdout  # --bootstrap wins
-        unknown = run_mq("topic", "list", "--region", "north", env=env, cwd=tmp_path)
-        assert unknown.returncode == 2 and b"no such region under .mq (regions: east, west)" in unknown.stderr
 
         # The link on the wire: west's clients reach east's broker only through the proxy.
         direct, linked = rtt_ms(ports["east"]), rtt_ms(ports["east_via_link"])
@@ -167,8 +163,6 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
         assert run_mq("link", "set", "east", "west", "--both", "--latency-ms", "0", env=env,
                       cwd=tmp_path).returncode == 0
         assert rtt_ms(ports["east_via_link"]) < 40
-        bad = run_mq("link", "set", "east", "mars", "--latency-ms", "1", env=env, cwd=tmp_path)
-        assert bad.returncode == 1 and b"no region 'mars' here (regions: east, west)" in bad.stderr
 
         # Broker ids repeat across regions: the broker verbs want the region.
         which = run_mq("broker", "kill", "1", env=env, cwd=tmp_path)
