@@ -179,7 +179,7 @@ def _print_links(links: list[dict]) -> None:
         if x["state"] == "up" and x.get("stall_left_ms"):
             state = f"[yellow]stalled {x['stall_left_ms'] / 1000:.1f} s[/]"
         bandwidth = "unlimited" if x["bandwidth_mbit"] is None else f"{x['bandwidth_mbit']:g} Mbit/s"
-        loss = f"{x['loss'] * 100:g}%" if x["loss"] else "0"
+        loss = f"{x['loss'] * 100:g}%"
         t.add_row(x["name"], state, f"{x['latency_ms']:g} ms", f"±{x['jitter_ms']:g} ms", bandwidth, loss,
                   _count(x["connections"]), human_bytes(x["bytes"]), x["control"])
     print_table(t)
