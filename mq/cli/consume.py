@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "start at the log start)")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
     p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
-                   "(with --group: T ms after joining the group) "
+                   "(with --group: counted only while the member holds an assignment, not while it joins or "
+                   "rejoins the group) "
                    "(default: wait forever)")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="text: the value (raw bytes) per line; json: one object per record (default: text)")
@@ -187,8 +188,10 @@ async def _loop(consumer: Any, args: argparse.Namespace, out: BinaryIO, progress
             wait_ms = int(min(wait_ms, max(1, left_ms)))
         left = None if args.max_messages is None else args.max_messages - progress.count
         records = await consumer.poll(timeout_ms=wait_ms, max_records=left)
-        if args.group is not None and consumer.group_metadata().generation_id < 0:
-            last_record = time.monotonic()  # the timeout counts from joining the group
+        if args.group is not None and consumer.metrics()["member_state"] != "stable":
+            # The timeout counts only while the member holds an assignment: a member that
+            # is joining or rejoining (its partitions revoked) has had no chance to read.
+            last_record = time.monotonic()
         if not records:
             continue
         last_record = time.monotonic()
