@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="join consumer group GROUP: share the partitions with its other members, start at its "
                         "committed offsets and commit on the way (--from-beginning: where none is committed, "
                         "start at the log start)")
+    p.add_argument("--assignor", default="range",
+                   choices=["range", "round-robin", "sticky", "cooperative-sticky"],
+                   help="with --group: how the group's partitions are shared (default: range)")
+    p.add_argument("--group-instance-id", metavar="ID",
+                   help="with --group: a static member id (KIP-345): a restart within the session "
+                        "timeout keeps the assignment")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
     p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
                    "(with --group: counted only while the member holds an assignment, not while it joins or "
@@ -138,7 +144,8 @@ async def _consume(args: argparse.Namespace, partitions: list[int], out: BinaryI
         consumer = Consumer(args.bootstrap, auto_offset_reset=reset, client_id="mq-console-consumer")
     else:
         consumer = Consumer(args.bootstrap, auto_offset_reset=reset, client_id="mq-console-consumer",
-                            group_id=args.group, enable_auto_commit=True)
+                            group_id=args.group, enable_auto_commit=True, assignor=args.assignor,
+                            group_instance_id=args.group_instance_id)
     if args.group is not None:
         _stop_on_sigterm()
     async with consumer:
