@@ -64,7 +64,7 @@ def host_port(text: str) -> str:
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--bootstrap", metavar="HOST:PORT[,...]", default=None,
+        "-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]", default=None,
         help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else the region `mq up` started here, "
              f"else {DEFAULT_BOOTSTRAP})",
     )

@@ -23,8 +23,9 @@ INTRO = """\
 
 Every command prints failures as one line on stderr, `error: <what was wrong> — <what to do>`,
 and exits with a non-zero code (2 for a usage error). Set `MQ_DEBUG=1` to see Python
-tracebacks. Client commands find the broker with `--bootstrap`, else `$MQ_BOOTSTRAP`,
-else `localhost:9092`.
+tracebacks. Client commands find the broker with `--bootstrap` (also spelled `-b` and, as
+Kafka's tools spell it, `--bootstrap-server`), else `$MQ_BOOTSTRAP`, else the region `mq up`
+started in this directory, else `localhost:9092`.
 
 Keys, values and header values in JSON output (`mq consume --format json`,
 `mq produce --report`): bytes that are valid UTF-8 are a JSON string; other bytes are
@@ -40,11 +41,20 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
     return []
 
 
-def _option(action: argparse.Action) -> str:
+def _primary(action: argparse.Action) -> str:
+    """The flag usage lines show: the first long spelling (``--bootstrap``, not its aliases)."""
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    return longs[0] if longs else action.option_strings[0]
+
+
+def _option(action: argparse.Action, *, every_spelling: bool = False) -> str:
+    """``--flag METAVAR`` (usage), or ``-f, --flag, --alias METAVAR`` (argument tables)."""
     if not action.option_strings:
         name = action.metavar or action.dest.upper()
+        if isinstance(action.nargs, str) and action.nargs in ("*", "+"):
+            return f"{name} ..."
         return f"{name} ..." if action.nargs == argparse.REMAINDER else str(name)
-    flag = max(action.option_strings, key=len)
+    flag = ", ".join(action.option_strings) if every_spelling else _primary(action)
     if action.nargs == 0:
         return flag
     metavar = action.metavar or ("{" + ",".join(action.choices) + "}" if action.choices else action.dest.upper())
@@ -69,7 +79,8 @@ def _usage(prog: str, parser: argparse.ArgumentParser) -> str:
                 parts.append(f"({inner})" if group.required else f"[{inner}]")
             continue
         text = _option(action)
-        parts.append(text if action.required or not action.option_strings else f"[{text}]")
+        optional = action.nargs in ("?", "*") if not action.option_strings else not action.required
+        parts.append(f"[{text}]" if optional else text)
     return " ".join([prog, *parts])
 
 
@@ -83,7 +94,7 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
             help_text = f"one of {', '.join(map(str, action.choices))}. {help_text}".strip()
         if action.required and action.option_strings:
             help_text = f"(required) {help_text}"
-        rows.append(f"| `{_option(action)}` | {help_text} |")
+        rows.append(f"| `{_option(action, every_spelling=True)}` | {help_text} |")
     return ["| argument | meaning |", "|---|---|", *rows] if rows else []
 
 
