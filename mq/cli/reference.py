@@ -89,7 +89,7 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
             continue
-        help_text = (action.help or "").replace("|", "\\|")
+        help_text = (action.help or "").replace("%%", "%").replace("|", "\\|")  # argparse's % escape
         if action.choices and action.metavar is None and not help_text.startswith("one of"):
             help_text = f"one of {', '.join(map(str, action.choices))}. {help_text}".strip()
         if action.required and action.option_strings:
