@@ -15,6 +15,7 @@ from pathlib import Path
 from mq.cli.main import build_parser
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
+JSON_PAGE = PAGE.with_name("json-output.md")
 
 INTRO = """\
 # `mq` command reference
@@ -30,6 +31,9 @@ started in this directory, else `localhost:9092`.
 Keys, values and header values in JSON output (`mq consume --format json`,
 `mq produce --report`): bytes that are valid UTF-8 are a JSON string; other bytes are
 `{"base64": "..."}`; a missing key or value is `null`. Headers are `[[name, value], ...]`.
+Every listing has `--json`; [JSON output](json-output.md) documents each document's fields.
+Tables share one style: upper-case column names joined by dashes (`LOG-END-OFFSET`), `-`
+for an empty cell.
 """
 
 
@@ -126,14 +130,17 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mq.cli.reference", description=__doc__)
-    p.add_argument("--write", action="store_true", help=f"write {PAGE} instead of printing")
+    p.add_argument("--write", action="store_true", help=f"write {PAGE} and {JSON_PAGE.name} instead of printing")
     args = p.parse_args(argv)
-    text = render()
-    if args.write:
-        PAGE.parent.mkdir(parents=True, exist_ok=True)
-        PAGE.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    from mq.cli import schemas
+
+    pages = {PAGE: render(), JSON_PAGE: schemas.render()}
+    for path, text in pages.items():
+        if args.write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
     return 0
 
 
