@@ -150,6 +150,8 @@ class KafkaFormat:
             fields.append(self._bytes(record.key))
         if self.print_value:
             fields.append(self._bytes(record.value))
+        if not fields:  # every print.* false: Kafka prints nothing at all
+            return b""
         return self.key_separator.join(fields) + self.line_separator
 
     def _bytes(self, data: bytes | None) -> bytes:

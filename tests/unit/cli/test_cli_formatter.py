@@ -42,6 +42,7 @@ def test_kafka_separators_null_literal_and_no_value():
     assert fmt.render(rec(key=None)) == b"h1:a;h2:b | <nil> | v1\r\n"
     # print.value=false: the last printed field ends the line (Kafka's writeSeparator).
     assert kafka("print.offset=true", "print.value=false").render(rec()) == b"Offset:5\n"
+    assert kafka("print.value=false").render(rec()) == b""
     assert kafka("print.key=true", print_key=False).print_key
     assert kafka(print_key=True).render(rec()) == b"k1\tv1\n"
 
