@@ -175,19 +175,44 @@ def test_members_started_together_share_every_record_once(region: LocalCluster, 
     check_lag_zero(region, group)
 
 
+def wait_for_members(region: LocalCluster, group: str, count: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        result = region.mq("group", "describe", group, "--json")
+        if result.returncode == 0:
+            doc = json.loads(result.stdout)
+            if doc["state"] == "Stable" and len(doc["members"]) == count:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"group {group} did not reach {count} stable members: {doc}")
+
+
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
 def test_a_member_joining_late_takes_over_without_loss_or_overlap(region: LocalCluster, assignor: str):
     topic, group = f"clicks-late-{assignor}", f"g-late-{assignor}"
     new_topic(region, topic)
     produce(region, topic, 0, RECORDS // 2)
     early = [start_member(region, f"m{i}", topic, group, "--assignor", assignor) for i in range(2)]
-    feeder = threading.Thread(target=produce, args=(region, topic, RECORDS // 2, RECORDS // 2),
-                              kwargs={"per_second": 1000})
+    wait_for_members(region, group, 2)
+    stop = threading.Event()
+    produced = [RECORDS // 2]
+
+    def feed() -> None:  # keeps writing while the late member joins, and a while after
+        while not stop.is_set():
+            produce(region, topic, produced[0], 500)
+            produced[0] += 500
+
+    feeder = threading.Thread(target=feed)
     feeder.start()
-    time.sleep(2.5)  # the early members are reading what the feeder writes
-    late = start_member(region, "late", topic, group, "--assignor", assignor)
-    feeder.join(60)
+    try:
+        late = start_member(region, "late", topic, group, "--assignor", assignor)
+        wait_for_members(region, group, 3)
+        time.sleep(2)  # the late member reads what the feeder writes to its partitions
+    finally:
+        stop.set()
+        feeder.join(60)
     finish([*early, late])
     assert late.lines, "the late member was given nothing to read"
-    check_history([*early, late], RECORDS)
+    check_history([*early, late], produced[0])
     check_lag_zero(region, group)
