@@ -16,6 +16,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import jsonschema
+
+from mq.cli import schemas
 from mq.deploy import probe
 from mq.deploy.process import is_alive
 
@@ -87,9 +90,15 @@ def rtt_ms(address: str, samples: int = 3) -> float:
     return statistics.median(times)
 
 
+def valid(prefix: str, result) -> object:
+    """The JSON a command printed, checked against its documented schema (mq/cli/schemas.py)."""
+    doc = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(schemas.schema_of(prefix).schema).validate(doc)
+    return doc
+
+
 def status(env: dict, cwd: Path) -> dict:
-    result = run_mq("status", "--json", env=env, cwd=cwd)
-    return json.loads(result.stdout)
+    return valid("mq status", run_mq("status", "--json", env=env, cwd=cwd))
 
 
 def pids(state: dict) -> dict[str, int]:
@@ -153,7 +162,7 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
             raise AssertionError("an answer crossed a cut link")
         except probe.ProbeError:
             assert time.monotonic() - started >= 0.9  # silence, not a reset
-        listed = json.loads(run_mq("link", "list", "--json", env=env, cwd=tmp_path).stdout)
+        listed = valid("mq link list", run_mq("link", "list", "--json", env=env, cwd=tmp_path))
         assert [(x["name"], x["state"], x["latency_ms"]) for x in listed] == [
             ("east->west", "cut", 150.0), ("west->east", "up", 40.0)]
         recorded = json.loads((tmp_path / ".mq" / "cluster.json").read_text())["links"][0]
