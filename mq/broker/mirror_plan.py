@@ -26,8 +26,10 @@ starts after the previous one ends) and the first new batch may start past the l
 end, as a Kafka follower appends whatever its leader returned for its fetch offset.
 The duplicate check then also covers the holes below the log end: the target must
 hold nothing where the source has nothing (else ``MIRROR_DIVERGED``). A
-``fetch_offset`` past the log end means the mirror skipped offsets: ``MIRROR_OFFSET_GAP``
-(or the ``start_offset`` restart above). Without ``fetch_offset`` the batches must be
+``fetch_offset`` past the log end means the mirror skipped offsets: ``MIRROR_OFFSET_GAP``,
+unless ``start_offset`` (at or after ``fetch_offset``; typically both are the source's
+log start after OFFSET_OUT_OF_RANGE) restarts the partition there, or at the first
+batch if that starts before it. Without ``fetch_offset`` the batches must be
 contiguous and start at the log end or below, as before.
 
 The request itself must be sound: whole batches, valid CRCs, none larger than
@@ -112,9 +114,14 @@ def plan_append(
                       f"fetch_offset={fetch_offset} but the first batch {first.base_offset}-{first.last_offset} ends "
                       "before it: a fetch returns the batch holding its offset or later ones")
     if fetch_offset > log_end_offset:
-        if start_offset == first.base_offset > log_end_offset:
-            return MirrorPlan(0, len(headers), 0, first.base_offset, end_offset)
-        raise MqError(ErrorCode.MIRROR_OFFSET_GAP, _skipped_message(fetch_offset, log_end_offset, first))
+        # Skipped offsets: only a restart may follow (the source's retention removed
+        # them). The new log starts at start_offset, where the fetch began or later
+        # (the fetch says nothing about offsets before it), or at the first batch if
+        # that starts before it (a log start inside a batch).
+        restart = min(start_offset, first.base_offset)
+        if start_offset >= fetch_offset and restart > log_end_offset:
+            return MirrorPlan(0, len(headers), 0, restart, end_offset)
+        raise MqError(ErrorCode.MIRROR_OFFSET_GAP, _skipped_message(fetch_offset, log_end_offset, start_offset))
     # The offsets from here to a batch's base are known empty in the source: the fetch
     # offset, then the end of each duplicate (always at or below the log end).
     cursor = fetch_offset if fetch_offset >= 0 else first.base_offset
@@ -192,8 +199,10 @@ def _gap_message(base: int, log_end: int, start_offset: int) -> str:
             f"fetch_offset={log_end}")
 
 
-def _skipped_message(fetch_offset: int, log_end: int, first: BatchHeader) -> str:
-    return (f"the batches were fetched from offset {fetch_offset} but the mirror topic's log ends at {log_end}: "
-            f"offsets {log_end}-{fetch_offset - 1} were never fetched; fetch from {log_end}, or if the source "
-            f"deleted them (retention), send start_offset={first.base_offset} to restart the partition at the "
-            "first batch")
+def _skipped_message(fetch_offset: int, log_end: int, start_offset: int) -> str:
+    text = (f"the batches were fetched from offset {fetch_offset} but the mirror topic's log ends at {log_end}: "
+            f"offsets {log_end}-{fetch_offset - 1} were never fetched")
+    if start_offset >= 0:
+        return text + f" (start_offset={start_offset} must be at or after fetch_offset={fetch_offset})"
+    return (text + f"; fetch from {log_end}, or if the source deleted them (retention), send "
+            f"start_offset={fetch_offset} to restart the partition there")

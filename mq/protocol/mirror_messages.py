@@ -45,7 +45,9 @@ class MirrorAppendRequest(Request):
     names the source offset they were fetched from: then, if it is at or below the log
     end, they may leave holes (a compacted source has no record there; neither may the
     mirror topic) and the first new batch may start past the log end; a `fetch_offset`
-    past the log end is `MIRROR_OFFSET_GAP`. An empty tail only moves the start. Every
+    past the log end is `MIRROR_OFFSET_GAP`, unless `start_offset` ≥ `fetch_offset` is
+    given: the partition then restarts at `start_offset` (or at the first batch, if it
+    begins before). An empty tail only moves the start. Every
     batch is checked before any is written: a refused request appends nothing. `acks=-1`
     answers once the high watermark covers every batch of the request, duplicates
     included."""

@@ -107,3 +107,19 @@ def test_holes_survive_a_leader_change_and_a_replica_that_was_away():
         assert stored(c, n) == HOLEY
         assert epochs(c, n) == [0, 0, 1, 1]
         assert c.nodes[n].partitions[TP].log.verify() == []
+
+
+def test_a_restart_after_retention_is_followed_by_a_hole_on_every_replica():
+    c = mirror_cluster()
+    append(c, HOLEY[0], fetch_offset=0)
+    # the source's retention moved its log start to 5 (the mirror fetched from there);
+    # its cleaner had removed 5-9: the partition restarts at 5, the first batch is at 10
+    moved = append(c, HOLEY[1] + HOLEY[2], fetch_offset=5, start_offset=5)
+    assert (moved.error_code, moved.log_start_offset, moved.log_end_offset) == (ErrorCode.NONE, 5, 33), moved
+    c.advance(600)
+    c.settle()
+    for n in (1, 2, 3):
+        p = c.nodes[n].partitions[TP]
+        assert (p.log.log_start_offset, p.log.log_end_offset, p.high_watermark) == (5, 33, 33)
+        assert stored(c, n) == HOLEY[1:3] and p.log.verify() == []
+    assert not c.nodes[2].take_unclean_truncations()

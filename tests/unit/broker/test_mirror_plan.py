@@ -155,11 +155,22 @@ def test_fetch_offset_past_the_log_end_is_a_gap():
     log = Log(batch(0))
     message = refused(log, batch(10), ErrorCode.MIRROR_OFFSET_GAP, fetch_offset=5)
     assert "fetched from offset 5" in message and "offsets 3-4 were never fetched" in message
-    assert "start_offset=10" in message
-    refused(log, batch(10), ErrorCode.MIRROR_OFFSET_GAP, fetch_offset=5, start_offset=5)
-    # retention removed the source's records: restart at the first batch, holes after it
-    plan = log.plan(batch(10) + batch(20), fetch_offset=5, start_offset=10)
-    assert plan == MirrorPlan(0, 2, 0, 10, 23)
+    assert "start_offset=5" in message
+    # a start before the fetch offset would claim offsets the fetch never covered
+    assert "at or after fetch_offset=5" in refused(log, batch(10), ErrorCode.MIRROR_OFFSET_GAP,
+                                                   fetch_offset=5, start_offset=4)
+
+
+def test_start_offset_restarts_at_the_fetch_offset_or_the_first_batch():
+    log = Log(batch(0))
+    # retention removed 3-4 at the source (log start 5, what the mirror fetched from);
+    # compaction removed 5-9: the log restarts at 5, the first batch at 10 leaves a hole
+    assert log.plan(batch(10) + batch(20), fetch_offset=5, start_offset=5) == MirrorPlan(0, 2, 0, 5, 23)
+    assert log.plan(batch(10) + batch(20), fetch_offset=5, start_offset=10) == MirrorPlan(0, 2, 0, 10, 23)
+    # the source's log start fell inside a batch: the restart is at that batch
+    assert log.plan(batch(10), fetch_offset=11, start_offset=11) == MirrorPlan(0, 1, 0, 10, 13)
+    # never at or below the log end
+    refused(Log(batch(0), batch(3)), batch(5), ErrorCode.MIRROR_OFFSET_GAP, fetch_offset=7, start_offset=7)
 
 
 def test_a_resent_request_with_holes_is_all_duplicates():
