@@ -3,8 +3,11 @@
 A mirror topic (topic config ``mirror.source.region`` set) is written only by the
 mirror service. **MirrorAppend** appends the source region's batches unchanged at their
 source offsets (``mq.broker.mirror_plan`` decides batch by batch: append, duplicate,
-diverged, gap, restart higher), stamping this leader's partition leader epoch, outside
-the CRC, so replication and truncation by leader epoch inside this region keep working.
+diverged, gap, restart higher; with ``fetch_offset``, the holes a compacted source
+leaves are appended as they are, as a follower appends its leader's), stamping this
+leader's partition leader epoch, outside the CRC, so replication and truncation by
+leader epoch inside this region keep working. Followers copy the holes as they copy a
+compacted leader's: their fetch from inside a hole returns the next batch.
 Its acks work as Produce's: ``acks=1`` answers after the append (after the group
 commit's fsync under flush policy ``always``), ``acks=-1`` is refused below
 ``min.insync.replicas`` and otherwise parked in the produce purgatory until the high
@@ -147,7 +150,7 @@ class MirrorRequests:
         plan = plan_append(
             request.records, log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset,
             start_offset=request.start_offset, max_message_bytes=partition.config.max_message_bytes,
-            stored_batch=lambda base: _stored_batch(log, base))
+            stored_batch=lambda offset: _stored_batch(log, offset), fetch_offset=request.fetch_offset)
         if plan.restart_at is not None:
             log.truncate_fully_and_start_at(plan.restart_at)
             partition.epoch_cache.clear()
@@ -158,7 +161,7 @@ class MirrorRequests:
         if plan.appended:
             with memoryview(request.records) as view:
                 info = log.append_as_mirror(view[plan.append_from:], leader_epoch=state.leader_epoch,
-                                            now_ms=now_ms)
+                                            now_ms=now_ms, holes=request.fetch_offset >= 0)
             node.stats.produced(partition.tp.topic, info.record_count, info.size_bytes)
             node.appended(partition, now_ms=now_ms)
         return plan
@@ -256,15 +259,15 @@ def _converged(partition: Partition) -> MirrorTruncateResponse | None:
     return MirrorTruncateResponse(ErrorCode.NONE, "", partition.log.log_end_offset)
 
 
-def _stored_batch(log: Log, base_offset: int) -> BatchHeader | None:
-    data = log.read(base_offset, max_bytes=HEADER_SIZE, min_one_batch=True).records
+def _stored_batch(log: Log, offset: int) -> BatchHeader | None:
+    """The first stored batch holding ``offset`` or after it (``mirror_plan.StoredBatch``)."""
+    data = log.read(offset, max_bytes=HEADER_SIZE, min_one_batch=True).records
     if len(data) < HEADER_SIZE:
         return None
     try:
-        header = read_header(data)
+        return read_header(data)
     except ProtocolError:
         return None
-    return header if header.base_offset == base_offset else None
 
 
 def _append_response(

@@ -381,13 +381,16 @@ class Admin:
                                                  max_wait_ms=max_wait_ms, min_bytes=min_bytes)
 
     async def mirror_append(self, tp: TopicPartition, batches: bytes | memoryview, *, acks: int = -1,
-                            start_offset: int = -1, timeout_ms: int = 30_000) -> MirrorAppendResult:
+                            start_offset: int = -1, fetch_offset: int = -1,
+                            timeout_ms: int = 30_000) -> MirrorAppendResult:
         """Append record batches fetched from the source region to the mirror topic's
-        partition at their own offsets (see ``mq.protocol.mirror_messages``); retries
-        retriable errors until ``timeout_ms``; raises ``MqError`` with MIRROR_DIVERGED,
+        partition at their own offsets (see ``mq.protocol.mirror_messages``). Pass
+        ``fetch_offset``, the offset the batches were fetched from, to accept the holes
+        of a compacted source (batches removed whole by its cleaner). Retries retriable
+        errors until ``timeout_ms``; raises ``MqError`` with MIRROR_DIVERGED,
         MIRROR_OFFSET_GAP, NOT_MIRROR_TOPIC, CORRUPT_MESSAGE, ... otherwise."""
         return await self._mirror.mirror_append(tp, batches, acks=acks, start_offset=start_offset,
-                                                timeout_ms=timeout_ms)
+                                                fetch_offset=fetch_offset, timeout_ms=timeout_ms)
 
     async def mirror_truncate(self, tp: TopicPartition, offset: int, *, timeout_ms: int = 30_000) -> int:
         """Cut the mirror topic's partition at ``offset`` on every replica; returns the new

@@ -148,13 +148,14 @@ class MirrorAdmin:
     # ------------------------------------------------------------------ MirrorAppend / MirrorTruncate
 
     async def mirror_append(self, tp: TopicPartition, batches: bytes | memoryview, *, acks: int = -1,
-                            start_offset: int = -1, timeout_ms: int = 30_000) -> MirrorAppendResult:
+                            start_offset: int = -1, fetch_offset: int = -1,
+                            timeout_ms: int = 30_000) -> MirrorAppendResult:
         deadline = self.cluster.now_ms() + timeout_ms
 
         async def attempt() -> MirrorAppendResult | MqError:
             wait_ms = self._server_wait_ms(deadline)
             request = MirrorAppendRequest(tp.topic, tp.partition, batches, acks=acks, start_offset=start_offset,
-                                          timeout_ms=wait_ms)
+                                          timeout_ms=wait_ms, fetch_offset=fetch_offset)
             response = await self._to_leader(tp, request)
             if isinstance(response, MqError):
                 return response

@@ -82,7 +82,7 @@ class ErrorCode(IntEnum):
     NOT_MIRROR_TOPIC = (1100, False, "MirrorAppend and MirrorTruncate need a mirror topic (mirror.source.region set).")
     MIRROR_TOPIC_READ_ONLY = (1101, False, "The topic is a mirror of another region: produce there, or promote it.")
     MIRROR_DIVERGED = (1102, False, "The mirror topic holds a different batch at these offsets than the source.")
-    MIRROR_OFFSET_GAP = (1103, False, "The batch starts after the mirror topic's log end; records in between are missing.")
+    MIRROR_OFFSET_GAP = (1103, False, "The batch (or the fetch offset) is past the mirror topic's log end; records in between are missing.")
 
 
 class MqError(Exception):

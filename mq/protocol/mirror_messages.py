@@ -41,10 +41,16 @@ class MirrorAppendRequest(Request):
     `MIRROR_DIVERGED`; above it is `MIRROR_OFFSET_GAP`, unless `start_offset` ≥ 0 is given
     and the partition ends at or below it: the partition then restarts empty at
     `start_offset` first (retention removed the source's records before they were
-    mirrored). The batches of one request must be contiguous; an empty tail only moves
-    the start. Every batch is checked before any is written: a refused request appends
-    nothing. `acks=-1` answers once the high watermark covers every batch of the
-    request, duplicates included."""
+    mirrored). The batches of one request must be contiguous, unless `fetch_offset` ≥ 0
+    names the source offset they were fetched from: then, if it is at or below the log
+    end, they may leave holes (a compacted source has no record there; neither may the
+    mirror topic) and the first new batch may start past the log end; a `fetch_offset`
+    past the log end is `MIRROR_OFFSET_GAP`, unless `start_offset` ≥ `fetch_offset` is
+    given: the partition then restarts at `start_offset` (or at the first batch, if it
+    begins before). An empty tail only moves the start. Every
+    batch is checked before any is written: a refused request appends nothing. `acks=-1`
+    answers once the high watermark covers every batch of the request, duplicates
+    included."""
 
     API_KEY = ApiKey.MIRROR_APPEND
     RESPONSE = MirrorAppendResponse
@@ -54,6 +60,7 @@ class MirrorAppendRequest(Request):
     acks: int = -1  # -1: the in-sync replicas (min.insync.replicas enforced); 1: the leader
     start_offset: int = -1  # >= 0: restart an empty or wholly lower partition here first
     timeout_ms: int = 30_000
+    fetch_offset: int = -1  # >= 0: the source offset these batches were fetched from (holes allowed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,12 +210,13 @@ class Log:
 
     @_storage_errors
     def append_as_mirror(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int, holes: bool = False,
     ) -> LogAppendInfo:
         """A mirror topic's leader: the source region's batches at their own offsets,
-        which must continue this log exactly; only the leader epoch is stamped."""
+        which must continue this log exactly (or, with ``holes``, only follow it, as a
+        compacted source's do); only the leader epoch is stamped."""
         validated = validate_as_mirror(records, log_end_offset=self.log_end_offset, leader_epoch=leader_epoch,
-                                       max_message_bytes=self._config.max_message_bytes)
+                                       max_message_bytes=self._config.max_message_bytes, holes=holes)
         self._append(validated, now_ms)
         return validated.info
 

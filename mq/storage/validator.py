@@ -8,8 +8,8 @@ The work is per batch, never per record: records stay opaque bytes. (A topic's
 ``compression.type`` is applied before this, by ``mq.broker.recompress``.)
 
 A mirror topic's leader (``validate_as_mirror``) keeps the source region's offsets,
-timestamps and bytes: the batches must continue the log exactly, and only the
-partition leader epoch, outside the CRC, is stamped.
+timestamps and bytes: the batches must continue the log exactly (or leave the holes a
+compacted source has), and only the partition leader epoch, outside the CRC, is stamped.
 """
 
 from __future__ import annotations
@@ -152,10 +152,12 @@ def validate_as_follower(
 
 def validate_as_mirror(
     records: bytes | bytearray | memoryview, *, log_end_offset: int, leader_epoch: int, max_message_bytes: int,
+    holes: bool = False,
 ) -> ValidatedRecords:
     """Check structure, CRCs and sizes; the first batch must start at ``log_end_offset``
-    and each next one where the previous ended. Keeps offsets, timestamps and
-    attributes; stamps ``leader_epoch`` in a copy (outside the CRC)."""
+    and each next one where the previous ended (with ``holes``: at or after, as the
+    batches of a compacted source, from which the cleaner removed whole batches). Keeps
+    offsets, timestamps and attributes; stamps ``leader_epoch`` in a copy (outside the CRC)."""
     headers = _headers(records)
     data = bytearray(records)
     batches = []
@@ -165,16 +167,17 @@ def validate_as_mirror(
             raise MqError(ErrorCode.RECORD_TOO_LARGE,
                           f"batch of {header.size} bytes at offset {header.base_offset} exceeds "
                           f"max.message.bytes={max_message_bytes} of the mirror topic")
-        if header.base_offset != expected:
+        if header.base_offset < expected or (header.base_offset > expected and not holes):
             raise MqError(ErrorCode.INVALID_RECORD,
-                          f"batch at byte {pos} starts at offset {header.base_offset}, expected {expected}")
+                          f"batch at byte {pos} starts at offset {header.base_offset}, expected "
+                          f"{'at least ' if holes else ''}{expected}")
         set_partition_leader_epoch(data, pos, leader_epoch)
         batches.append((pos, header.size, header.last_offset, header.max_timestamp))
         max_timestamp = max(max_timestamp, header.max_timestamp)
         count += header.record_count
         expected = header.next_offset
     info = LogAppendInfo(
-        first_offset=log_end_offset, last_offset=expected - 1, max_timestamp=max_timestamp,
+        first_offset=headers[0][1].base_offset, last_offset=expected - 1, max_timestamp=max_timestamp,
         log_append_time_ms=NO_TIMESTAMP, record_count=count, size_bytes=len(data),
     )
     return ValidatedRecords(data, batches, info)

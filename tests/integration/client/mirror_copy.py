@@ -20,14 +20,18 @@ def next_offset(records: bytes) -> int:
 
 
 async def copy_until_caught_up(source: Admin, target: Admin, tps: Iterable[TopicPartition], *,
-                               acks: int = -1, max_bytes: int = 256 * 1024) -> dict[str, int]:
+                               acks: int = -1, max_bytes: int = 256 * 1024,
+                               send_fetch_offset: bool = False) -> dict[str, int]:
     """Copy until every partition's target log end reached the source high watermark
-    seen at the start; returns counts of batches appended and acknowledged as duplicates."""
+    seen at the start; returns counts of batches appended and acknowledged as duplicates,
+    of rounds, and of fetches whose first batch started past the fetch offset.
+    ``send_fetch_offset``: name the offset of each fetch in its MirrorAppend (what a
+    compacted source, with holes between its batches, needs)."""
     tps = list(tps)
     ends = await target.list_offsets({tp: -1 for tp in tps})
     positions = {tp: ends[tp].offset for tp in tps}
     goal = {tp: info.offset for tp, info in (await source.list_offsets({tp: -1 for tp in tps})).items()}
-    counts = {"appended": 0, "duplicates": 0, "rounds": 0}
+    counts = {"appended": 0, "duplicates": 0, "rounds": 0, "past_fetch_offset": 0}
     while any(positions[tp] < goal[tp] for tp in tps):
         counts["rounds"] += 1
         wanted = {tp: positions[tp] for tp in tps if positions[tp] < goal[tp]}
@@ -39,7 +43,10 @@ async def copy_until_caught_up(source: Admin, target: Admin, tps: Iterable[Topic
                 continue
             if not answer.records:
                 continue
-            result = await target.mirror_append(tp, answer.records, acks=acks)
+            fetch_offset = wanted[tp] if send_fetch_offset else -1
+            first_base = next(iter_batches(answer.records))[1].base_offset
+            counts["past_fetch_offset"] += first_base > wanted[tp]  # the fetch began in a hole
+            result = await target.mirror_append(tp, answer.records, acks=acks, fetch_offset=fetch_offset)
             counts["appended"] += result.appended
             counts["duplicates"] += result.duplicates
             positions[tp] = next_offset(answer.records)
