@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from mq.core.types import TopicPartition
 from mq.lab import Cluster, dump, plot_segments, read_all, table
+from mq.lab.figures import save_figure
 from mq.lab.groups import GroupLab, PartitionLoad
 from mq.lab.plots import plot_assignment, plot_consuming, plot_pauses
 
@@ -94,8 +95,9 @@ print(table([{"member": m, "partitions": [tp.partition for tp in tps]}
 print(table(scale.generations()))
 
 # %%
-plot_assignment(scale.ownership(until_s=scale_end), marks=scale.marks, until_s=scale_end,
-                title="group scale: who owns which partition of clicks")
+ax = plot_assignment(scale.ownership(until_s=scale_end), marks=scale.marks, until_s=scale_end,
+                     title="group scale: who owns which partition of clicks")
+save_figure(ax.figure, "scale")
 plt.show()
 scale.close()
 
@@ -161,6 +163,7 @@ plot_consuming({name: lab.consuming_series(joined - 0.5, end, window_s=0.15)
 axes[1][0].set_xlim(left=-0.5)
 plot_pauses({name: stats for name, (_, stats, *_) in pauses.items()}, ax=axes[1][1])
 fig.tight_layout()
+save_figure(fig, "eager-vs-cooperative")
 plt.show()
 for lab, *_ in pauses.values():
     lab.close()
@@ -236,6 +239,7 @@ plot_assignment(static.ownership(until_s=static_end), marks=static.marks, until_
                 title=f"static member restarts: back in {back_static - stopped:.1f} s, nothing moves")
 right.set_xlim(stopped - 1.0, static_end)
 fig.tight_layout()
+save_figure(fig, "crash-vs-static")
 plt.show()
 crash.close()
 static.close()
@@ -381,6 +385,7 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(13, 3.5), sharey=True)
 plot_segments(before, ax=left, title=f"prices before: {len(before)} segments")
 plot_segments(after, ax=right, title=f"after compaction: {len(after)} segments")
 fig.tight_layout()
+save_figure(fig, "compaction")
 plt.show()
 
 # %% [markdown]
