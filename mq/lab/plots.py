@@ -288,3 +288,37 @@ def plot_pauses(stats: Mapping[str, Any], *, ax: Any = None,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_lag(rows: Sequence[Mapping[str, Any]], *, ax: Any = None, names: Mapping[str, str] | None = None,
+             marks: Sequence[Mapping[str, Any]] = (), span: tuple[float, float] | None = None,
+             seconds: bool = False, title: str = "consumer lag per partition") -> Any:
+    """A line per partition (``LagSampler.rows``): lag in records, or with ``seconds``
+    the age of the next unread record; coloured by the member that owned the partition
+    most of the time (``names`` maps member ids to names); ``span`` shaded (a stall)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2))
+    names = names or {}
+    key = "lag_seconds" if seconds else "lag"
+    rows = sorted(rows, key=lambda r: r["t_s"])
+    owner: dict[int, str] = {}
+    for p in sorted({r["partition"] for r in rows}):
+        held = [names.get(r["member_id"], "?") for r in rows if r["partition"] == p and r["member_id"]]
+        owner[p] = max(sorted(set(held)), key=held.count) if held else "unassigned"
+    members = sorted(set(owner.values()))
+    styles = ["-", "--", ":", "-."]
+    for p, member in owner.items():
+        mine = [r for r in rows if r["partition"] == p and r[key] is not None]
+        nth = [q for q, m in owner.items() if m == member].index(p)
+        ax.plot([r["t_s"] for r in mine], [r[key] for r in mine], color=f"C{members.index(member) % 10}",
+                linestyle=styles[nth % len(styles)], linewidth=1.3, label=f"partition {p} ({member})")
+    if span is not None:
+        ax.axvspan(*span, color="tab:red", alpha=0.08)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("lag (s)" if seconds else "lag (records)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    mark_events(ax, marks)
+    return ax
