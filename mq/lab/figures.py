@@ -63,7 +63,12 @@ def save_figure(fig: Any, name: str) -> Path | None:
 
 
 def notebook_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """SHA-256 of the lab's cells: the text after jupytext's ``# ---`` header, so that
+    pairing the file with an ``.ipynb`` (which rewrites the header's ``formats``) does not
+    make its figures look stale."""
+    text = path.read_text(encoding="utf-8")
+    header = re.match(r"\A# ---\n(?:#.*\n)*?# ---\n", text)
+    return hashlib.sha256(text[header.end() if header else 0:].encode("utf-8")).hexdigest()
 
 
 def figure_names(source: Path) -> list[str]:

@@ -68,6 +68,12 @@ def test_check_passes_a_current_tree_and_catches_each_problem(tmp_path: Path) ->
     notebook.write_text(notebook.read_text() + "# an edit\n")
     assert any("changed since its figures were made" in p for p in figures.check(root))
 
+    root = _lab_tree(tmp_path / "paired")  # jupytext --set-formats rewrites only the header
+    notebook = root / "notebooks" / "09_demo.py"
+    body = notebook.read_text()
+    notebook.write_text("# ---\n# jupyter:\n#   jupytext:\n#     formats: ipynb,py:percent\n# ---\n" + body)
+    assert figures.check(root) == []
+
     root = _lab_tree(tmp_path / "unshown")
     (root / "docs" / "explanation" / "demo.md").write_text("no picture here\n")
     assert any("no page under docs/ shows it" in p for p in figures.check(root))
