@@ -152,11 +152,11 @@ def member_thread(name: str, stop: threading.Event) -> threading.Thread:
 # (records), and the age of the oldest unread record (seconds). `Admin.group_lag` and
 # `mq group describe` both compute it from the coordinator's committed offsets and the
 # partitions' log ends; `LagSampler` asks `Admin.group_lag` five times a second. We start
-# the three members, let them settle, then stall `m2` for three seconds and look at the
+# the three members, let them settle, then stall `m2` for two seconds and look at the
 # group from outside, the way an operator would.
 
 # %%
-STALL_S = 3.0
+STALL_S = 2.0
 stop_members = threading.Event()
 members = [member_thread(name, stop_members) for name in ("m1", "m2", "m3")]
 lag = LagSampler(admin, GROUP, interval_s=0.2).start()
@@ -178,10 +178,10 @@ def settled() -> dict[str, list[int]] | None:
 owned = wait_until(settled, timeout_s=30, what="the plain group to settle with three members")
 lag.mark("3 members", kind="join")
 print("assignment:", owned)
-time.sleep(1.5)
+time.sleep(1.0)
 stall_start = lag.mark("m2 stalls", kind="pause")
 stalled.set()
-time.sleep(1.0)
+time.sleep(0.5)
 cli = [sys.executable, "-m", "mq.cli.main", "group", "describe", GROUP, "--bootstrap", cluster.bootstrap]
 plain = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"} | {"NO_COLOR": "1", "TERM": "dumb"}
 describe = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=plain)
@@ -190,7 +190,7 @@ described = describe.communicate(timeout=60)[0]  # the stall lasts until it has 
 during = admin.group_lag(GROUP)  # what Admin says at the end of the stall
 stalled.clear()
 stall_end = lag.mark("m2 resumes", kind="resume")
-print(f"$ mq group describe {GROUP}   # started 1 s into the stall")
+print(f"$ mq group describe {GROUP}   # started 0.5 s into the stall")
 print(described)
 print(f"Admin.group_lag({GROUP!r}) at the end of the stall:")
 print(table([{"partition": r.tp.partition, "member": member_names.get(r.member_id, r.member_id),
@@ -198,7 +198,7 @@ print(table([{"partition": r.tp.partition, "member": member_names.get(r.member_i
              for r in during]))
 wait_until(lambda: all(r["lag"] is not None and r["lag"] < 50 for r in lag.sample()),
            timeout_s=20, what="m2 to catch up")
-time.sleep(1.0)
+time.sleep(0.5)
 lag.stop()
 stop_members.set()
 for thread in members:
