@@ -10,14 +10,13 @@ to find what it started.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from mq.cli import broker_ctl
 from mq.cli.common import EXIT_USAGE, CliError, host_port, key_value, print_error
-from mq.cli.output import console, human_bytes, print_table, table
+from mq.cli.output import cell, console, human_bytes, print_json, print_table, table
 from mq.core.config import BrokerConfig
 from mq.core.errors import MqError
 
@@ -282,7 +281,7 @@ def _status_once(args: argparse.Namespace) -> int:
                "controller": ({"id": view.controller_id, "epoch": view.controller_epoch}
                               if view is not None and view.controller_id >= 0 else None),
                "partitions": [p.to_json() for p in view.partitions] if view is not None else []}
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0 if running else 1
     if not brokers:
         raise CliError(f"no broker runs under {_display_path(launcher.data_dir)}", "start one with `mq up`")
@@ -291,7 +290,7 @@ def _status_once(args: argparse.Namespace) -> int:
         alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
                  else "[yellow]starting[/]" if b.alive else "[red]no[/]")
         t.add_row(b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
-                  b.spec.metrics_endpoint, _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
+                  b.spec.metrics_endpoint, cell(b.topics), cell(b.partitions), human_bytes(b.log_bytes))
     print_table(t)
     if not running:
         raise CliError("no broker is running (cluster.json is stale)",
@@ -338,15 +337,7 @@ def _print_cluster(view, live) -> None:
               "under-replicated", title="partitions")
     for p in view.partitions:
         leader = "[red]none[/]" if p.offline else str(p.leader)
-        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), _ids(p.replicas), _ids(p.isr),
+        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), cell(p.replicas), cell(p.isr),
                   "-" if p.high_watermark is None else str(p.high_watermark),
                   "[red]yes[/]" if p.under_replicated else "no")
     print_table(t)
-
-
-def _ids(ids) -> str:
-    return ",".join(str(i) for i in ids) or "-"
-
-
-def _count(n: int | None) -> str:
-    return "-" if n is None else str(n)

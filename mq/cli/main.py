@@ -19,7 +19,8 @@ DESCRIPTION = """\
 mq: a Kafka-class event streaming platform.
 
 Start a broker with `mq up`, then create topics, produce and consume.
-Client commands find the broker with --bootstrap, else $MQ_BOOTSTRAP, else localhost:9092.
+Client commands find the broker with --bootstrap (-b, --bootstrap-server), else $MQ_BOOTSTRAP,
+else the region `mq up` started here, else localhost:9092.
 Set MQ_DEBUG=1 to see Python tracebacks."""
 
 
