@@ -66,7 +66,8 @@ def compare(name_a: str, a: Spread, name_b: str, b: Spread, *, higher: str = "fa
     if a.median < b.median:
         big, small = small, big
     ratio = big[1].median / small[1].median if small[1].median else float("inf")
-    return (f"{big[0]} is {ratio:.2g}× {higher} than {small[0]} "
+    times = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
+    return (f"{big[0]} is {times}× {higher} than {small[0]} "
             f"(medians of {big[1].n} and {small[1].n} runs; the runs do not overlap)")
 
 
