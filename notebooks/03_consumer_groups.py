@@ -20,8 +20,9 @@
 # stores how far the group got in each partition (**committed offsets**) in the internal,
 # compacted topic `__consumer_offsets`.
 #
-# In this lab we scale a group from one consumer to three and back to two and watch the
-# partitions move; measure how long consumption stops during a rebalance with the
+# In this lab we write a group consumer's loop out by hand and watch the group's **lag**
+# while one member stalls; then, with helpers, scale a group from one consumer to three
+# and back to two and watch the partitions move; measure how long consumption stops during a rebalance with the
 # **eager** protocol (everyone gives up everything first) and the **cooperative** one
 # (only the partitions that move stop); kill a consumer without it saying goodbye and
 # compare with a **static member** restarting; rewind a group's offsets and replay; and
@@ -29,18 +30,23 @@
 # docs/explanation/consumer-groups.md has the theory.
 
 # %%
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import matplotlib.pyplot as plt
 from tqdm import tqdm
 
+from mq.client import Consumer
 from mq.core.types import TopicPartition
-from mq.lab import Cluster, dump, plot_segments, read_all, table
+from mq.lab import Cluster, dump, plot_segments, read_all, table, wait_until
+from mq.lab.figures import save_figure
 from mq.lab.groups import GroupLab, PartitionLoad
-from mq.lab.plots import plot_assignment, plot_consuming, plot_pauses
+from mq.lab.lag import LagSampler
+from mq.lab.plots import plot_assignment, plot_consuming, plot_lag, plot_pauses
 
 PARTITIONS = 6
 RATE = 600  # records/s over all partitions of "clicks": 100 per partition
@@ -70,6 +76,169 @@ print(f"broker up in {time.perf_counter() - started:.1f} s: {cluster.broker()}")
 print(f"producing {RATE} records/s to the {PARTITIONS} partitions of clicks")
 
 # %% [markdown]
+# ## A group consumer, written out
+#
+# Before the lab's helpers take over, here is a member of a consumer group as you would
+# write one — the shape of every Kafka consumer:
+#
+# 1. **subscribe** to topics: the group's coordinator decides which of their partitions
+#    this member gets, and changes that when members come and go;
+# 2. **poll**: records of the partitions it owns now (the rebalance itself, and its
+#    callbacks, happen inside `poll`);
+# 3. **process** them;
+# 4. **commit** the offset of the next record to read, per partition — here after each
+#    poll, and only what was processed, so a crash replays at most one poll's worth;
+# 5. **on_revoke**: called inside `poll` before a rebalance takes partitions away — the
+#    last moment to commit what was processed of them, so that their next owner starts
+#    exactly there.
+#
+# Three members run this loop, each in a thread with its own event loop (a notebook's
+# own loop is busy running the notebook). Member `m2` can be made to stall in `process`:
+# it waits for something slow (a database, a remote call) and stops polling, but its
+# client keeps heartbeating in the background.
+
+# %%
+GROUP = "plain"
+processed: dict[str, list[tuple[int, int]]] = {}  # member -> (partition, offset) it processed
+member_names: dict[str, str] = {}  # the coordinator's member id -> our name
+errors: dict[str, BaseException] = {}
+stalled = threading.Event()  # while set, m2 is stuck in process()
+
+
+async def process(name: str, record) -> None:
+    while name == "m2" and stalled.is_set():
+        await asyncio.sleep(0.05)  # waiting, not polling
+    processed[name].append((record.partition, record.offset))
+
+
+async def run_member(name: str, stop: threading.Event) -> None:
+    positions: dict[TopicPartition, int] = {}  # next offset to commit, per partition processed
+
+    async def on_revoke(partitions: list[TopicPartition]) -> None:
+        done = {tp: positions.pop(tp) for tp in partitions if tp in positions}
+        if done:
+            await consumer.commit(done)  # the partitions' next owner starts here
+
+    consumer = Consumer(cluster.bootstrap, group_id=GROUP, on_revoke=on_revoke,
+                        enable_auto_commit=False,  # we commit, after processing
+                        auto_offset_reset="latest",  # a new group starts at the log end
+                        session_timeout_ms=3000, heartbeat_interval_ms=250)
+    processed[name] = []
+    async with consumer:  # on exit: on_revoke for what it owns, then LeaveGroup
+        consumer.subscribe(["clicks"])
+        while not stop.is_set():
+            records = await consumer.poll(timeout_ms=100)
+            for record in records:
+                await process(name, record)
+                positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            if positions:
+                await consumer.commit(positions)
+            member_names[consumer.group_metadata().member_id] = name
+
+
+def member_thread(name: str, stop: threading.Event) -> threading.Thread:
+    def main() -> None:
+        try:
+            asyncio.run(run_member(name, stop))
+        except BaseException as error:  # noqa: BLE001 - shown below, never lost in a thread
+            errors[name] = error
+    return threading.Thread(target=main, name=name, daemon=True)
+
+
+# %% [markdown]
+# ## Lag while one member stalls
+#
+# **Lag** is what the group has left to read: per partition, log end − committed offset
+# (records), and the age of the oldest unread record (seconds). `Admin.group_lag` and
+# `mq group describe` both compute it from the coordinator's committed offsets and the
+# partitions' log ends; `LagSampler` asks `Admin.group_lag` five times a second. We start
+# the three members, let them settle, then stall `m2` for two seconds and look at the
+# group from outside, the way an operator would.
+
+# %%
+STALL_S = 2.0
+stop_members = threading.Event()
+members = [member_thread(name, stop_members) for name in ("m1", "m2", "m3")]
+lag = LagSampler(admin, GROUP, interval_s=0.2).start()
+for thread in members:
+    thread.start()
+
+
+def settled() -> dict[str, list[int]] | None:
+    """Every partition assigned, and each of the three members processing."""
+    if errors:
+        raise RuntimeError(f"a member failed: {errors}")
+    group = admin.describe_group(GROUP)
+    owned = {member_names.get(m.member_id): sorted(tp.partition for tp in m.assignment) for m in group.members}
+    ready = (group.state == "Stable" and len(owned) == 3 and None not in owned
+             and sum(map(len, owned.values())) == PARTITIONS and all(processed.get(n) for n in owned))
+    return owned if ready else None
+
+
+owned = wait_until(settled, timeout_s=30, what="the plain group to settle with three members")
+lag.mark("3 members", kind="join")
+print("assignment:", owned)
+time.sleep(1.0)
+stall_start = lag.mark("m2 stalls", kind="pause")
+stalled.set()
+time.sleep(0.5)
+cli = [sys.executable, "-m", "mq.cli.main", "group", "describe", GROUP, "--bootstrap", cluster.bootstrap]
+plain = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"} | {"NO_COLOR": "1", "TERM": "dumb"}
+describe = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=plain)
+time.sleep(max(0.0, stall_start + STALL_S - lag.now_s()))
+described = describe.communicate(timeout=60)[0]  # the stall lasts until it has answered
+during = admin.group_lag(GROUP)  # what Admin says at the end of the stall
+stalled.clear()
+stall_end = lag.mark("m2 resumes", kind="resume")
+print(f"$ mq group describe {GROUP}   # started 0.5 s into the stall")
+print(described)
+print(f"Admin.group_lag({GROUP!r}) at the end of the stall:")
+print(table([{"partition": r.tp.partition, "member": member_names.get(r.member_id, r.member_id),
+              "committed": r.committed, "log end": r.log_end, "lag": r.lag, "lag seconds": r.lag_seconds}
+             for r in during]))
+wait_until(lambda: all(r["lag"] is not None and r["lag"] < 50 for r in lag.sample()),
+           timeout_s=20, what="m2 to catch up")
+time.sleep(0.5)
+lag.stop()
+stop_members.set()
+for thread in members:
+    thread.join(30)
+
+stalled_rows = [r for r in lag.rows if stall_start <= r["t_s"] <= stall_end + 0.2]
+peak = {p: max(r["lag"] or 0 for r in stalled_rows if r["partition"] == p) for p in range(PARTITIONS)}
+everything = [record for records in processed.values() for record in records]
+print(f"peak lag during the stall, per partition: {peak}")
+print(f"expected: only m2's partitions {owned['m2']} lag, each by about {RATE // PARTITIONS} records per "
+      f"second of stall (it lasted {stall_end - stall_start:.1f} s: ~{RATE // PARTITIONS * (stall_end - stall_start):,.0f}); "
+      "the others stay near 0")
+print(f"records processed: {len(everything):,}; processed twice: {len(everything) - len(set(everything))} "
+      "(expected 0: each member commits what it processed before it lets a partition go)")
+
+# %%
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+plot_lag(lag.rows, ax=top, names=member_names, marks=lag.marks, span=(stall_start, stall_end),
+         title=f"lag of group {GROUP} while m2 stalls (Admin.group_lag every 0.2 s)")
+plot_lag(lag.rows, ax=bottom, names=member_names, span=(stall_start, stall_end), seconds=True,
+         title="the same lag in seconds: the age of the oldest unread record")
+bottom.get_legend().remove()
+fig.tight_layout()
+save_figure(fig, "lag-stall")
+plt.show()
+
+# %% [markdown]
+# While `m2` stalls, the lag of its partitions climbs at the rate they are written (100
+# records per second each) and the others stay near zero: lag points at the member that
+# is behind. In seconds it grows with the clock — the age of the oldest record nobody
+# has read — which is the figure to alert on, since it does not depend on how busy the
+# topic is. The group stays `Stable` throughout: `m2` still heartbeats, and a member is
+# only removed when it stops polling for longer than `max_poll_interval_ms` (five minutes
+# by default, as in Kafka), so a slow member shows up as lag, not as a rebalance. When it
+# resumes it reads everything it missed in a few polls, and the lag drops back.
+#
+# From here on the lab's `GroupLab` helper runs members for us: the same loop (commit
+# handled by auto-commit), plus a record of every callback and poll for the plots.
+
+# %% [markdown]
 # ## Scale a group: 1 → 3 → 2 consumers
 #
 # `GroupLab` runs each member as a `Consumer(group_id=..., assignor=...)` in its own
@@ -94,8 +263,9 @@ print(table([{"member": m, "partitions": [tp.partition for tp in tps]}
 print(table(scale.generations()))
 
 # %%
-plot_assignment(scale.ownership(until_s=scale_end), marks=scale.marks, until_s=scale_end,
-                title="group scale: who owns which partition of clicks")
+ax = plot_assignment(scale.ownership(until_s=scale_end), marks=scale.marks, until_s=scale_end,
+                     title="group scale: who owns which partition of clicks")
+save_figure(ax.figure, "scale")
 plt.show()
 scale.close()
 
@@ -120,7 +290,10 @@ scale.close()
 # on a busy laptop even a healthy partition goes a few hundred milliseconds without
 # records now and then, so look at the shape more than at the third decimal.
 # `kept_assigned_fraction` does not depend on timing: the share of partitions that some
-# member owned at every instant.
+# member owned at every instant. That is why one run of each protocol is enough here:
+# the protocol decides `kept_assigned_fraction` (0 for eager, most partitions for
+# cooperative) on any machine, while the gap times are one run's, and a difference
+# between them smaller than `steady_gap_s` is noise.
 
 # %%
 REVOKE_S = 0.3
@@ -161,6 +334,7 @@ plot_consuming({name: lab.consuming_series(joined - 0.5, end, window_s=0.15)
 axes[1][0].set_xlim(left=-0.5)
 plot_pauses({name: stats for name, (_, stats, *_) in pauses.items()}, ax=axes[1][1])
 fig.tight_layout()
+save_figure(fig, "eager-vs-cooperative")
 plt.show()
 for lab, *_ in pauses.values():
     lab.close()
@@ -236,6 +410,7 @@ plot_assignment(static.ownership(until_s=static_end), marks=static.marks, until_
                 title=f"static member restarts: back in {back_static - stopped:.1f} s, nothing moves")
 right.set_xlim(stopped - 1.0, static_end)
 fig.tight_layout()
+save_figure(fig, "crash-vs-static")
 plt.show()
 crash.close()
 static.close()
@@ -294,7 +469,6 @@ print(table([{"partition": tp.partition, "committed": om.offset}
 # %%
 cli = [sys.executable, "-m", "mq.cli.main", "group", "reset-offsets", "billing", "--topic", "orders",
        "--shift-by", "-100", "--bootstrap", cluster.bootstrap]
-plain = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"} | {"NO_COLOR": "1", "TERM": "dumb"}
 for mode in ([], ["--execute"]):
     print("$ mq group reset-offsets billing --topic orders --shift-by -100", *mode)
     done = subprocess.run([*cli, *mode], capture_output=True, text=True, timeout=60, check=False, env=plain)
@@ -381,6 +555,7 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(13, 3.5), sharey=True)
 plot_segments(before, ax=left, title=f"prices before: {len(before)} segments")
 plot_segments(after, ax=right, title=f"after compaction: {len(after)} segments")
 fig.tight_layout()
+save_figure(fig, "compaction")
 plt.show()
 
 # %% [markdown]

@@ -13,11 +13,13 @@ from mq.lab.plots import (
     plot_rates,
     plot_replicas,
     plot_segments,
+    plot_spread,
     plot_throughput,
     table,
 )
 from mq.lab.process import free_port, wait_until
 from mq.lab.segments import Segment, dump, fits_retention_bytes, list_segments
+from mq.lab.spread import Spread, compare, spread
 from mq.lab.timeline import Timeline
 from mq.lab.workloads import (
     AckedChunk,
@@ -33,8 +35,9 @@ from mq.lab.workloads import (
 )
 
 __all__ = [
-    "AckedChunk", "BrokerHandle", "Cluster", "PartitionView", "ProduceLoad", "ProduceRun", "Segment",
-    "ThroughputPoint", "Timeline", "consume", "dump", "fits_retention_bytes", "free_port", "list_segments",
-    "lost_records", "make_values", "mark_events", "plot_acks", "plot_loss", "plot_rates", "plot_replicas",
-    "plot_segments", "plot_throughput", "poll_records", "produce", "read_all", "scrape", "table", "wait_until",
+    "AckedChunk", "BrokerHandle", "Cluster", "PartitionView", "ProduceLoad", "ProduceRun", "Segment", "Spread",
+    "ThroughputPoint", "Timeline", "compare", "consume", "dump", "fits_retention_bytes", "free_port",
+    "list_segments", "lost_records", "make_values", "mark_events", "plot_acks", "plot_loss", "plot_rates",
+    "plot_replicas", "plot_segments", "plot_spread", "plot_throughput", "poll_records", "produce", "read_all",
+    "scrape", "spread", "table", "wait_until",
 ]

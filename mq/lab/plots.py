@@ -8,6 +8,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from mq.lab.segments import Segment
+from mq.lab.spread import Spread, spread
 from mq.lab.workloads import ThroughputPoint
 
 
@@ -40,6 +41,40 @@ def plot_rates(rates: Mapping[str, float], *, ax: Any = None, title: str = "reco
         ax.set_yscale("log")
     ax.set_ylabel("records / s")
     ax.set_title(title)
+    return ax
+
+
+def plot_spread(runs: Mapping[str, Any], *, ax: Any = None, title: str = "records / s",
+                ylabel: str = "records / s", log_scale: bool = False, color: str = "tab:green",
+                modelled: Sequence[str] = ()) -> Any:
+    """A bar per measurement at the median of its runs (``Spread`` or a list of
+    values), every run as a dot and a whisker from the lowest to the highest: a
+    difference smaller than the whiskers is noise, and the plot shows it. Bars named
+    in ``modelled`` are calculated, not measured: drawn grey and hatched."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.2))
+    spreads = {k: v if isinstance(v, Spread) else spread(v) for k, v in runs.items()}
+    names = list(spreads)
+    medians = [s.median for s in spreads.values()]
+    bars = ax.bar(names, medians, color=[("lightgrey" if n in modelled else color) for n in names], alpha=0.6)
+    for bar, name in zip(bars, names):
+        if name in modelled:
+            bar.set_hatch("//")
+    ax.errorbar(names, medians, yerr=[[s.median - s.low for s in spreads.values()],
+                                      [s.high - s.median for s in spreads.values()]],
+                fmt="none", ecolor="black", capsize=4, linewidth=1)
+    for i, s in enumerate(spreads.values()):
+        offsets = [(j - (s.n - 1) / 2) * 0.08 for j in range(s.n)]
+        ax.scatter([i + o for o in offsets], s.samples, s=10, color="black", zorder=3)
+    for i, s in enumerate(spreads.values()):
+        ax.annotate(f"{s.median:,.0f}" if s.median >= 100 else f"{s.median:.3g}", (i, s.high),
+                    xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.margins(y=0.15)
+    if log_scale:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    runs_n = sorted({s.n for s in spreads.values()})
+    ax.set_title(f"{title}\n(median of {'/'.join(map(str, runs_n))} runs; dots: each run)", fontsize=10)
     return ax
 
 
@@ -252,4 +287,38 @@ def plot_pauses(stats: Mapping[str, Any], *, ax: Any = None,
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return ax
+
+
+def plot_lag(rows: Sequence[Mapping[str, Any]], *, ax: Any = None, names: Mapping[str, str] | None = None,
+             marks: Sequence[Mapping[str, Any]] = (), span: tuple[float, float] | None = None,
+             seconds: bool = False, title: str = "consumer lag per partition") -> Any:
+    """A line per partition (``LagSampler.rows``): lag in records, or with ``seconds``
+    the age of the next unread record; coloured by the member that owned the partition
+    most of the time (``names`` maps member ids to names); ``span`` shaded (a stall)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2))
+    names = names or {}
+    key = "lag_seconds" if seconds else "lag"
+    rows = sorted(rows, key=lambda r: r["t_s"])
+    owner: dict[int, str] = {}
+    for p in sorted({r["partition"] for r in rows}):
+        held = [names.get(r["member_id"], "?") for r in rows if r["partition"] == p and r["member_id"]]
+        owner[p] = max(sorted(set(held)), key=held.count) if held else "unassigned"
+    members = sorted(set(owner.values()))
+    styles = ["-", "--", ":", "-."]
+    for p, member in owner.items():
+        mine = [r for r in rows if r["partition"] == p and r[key] is not None]
+        nth = [q for q, m in owner.items() if m == member].index(p)
+        ax.plot([r["t_s"] for r in mine], [r[key] for r in mine], color=f"C{members.index(member) % 10}",
+                linestyle=styles[nth % len(styles)], linewidth=1.3, label=f"partition {p} ({member})")
+    if span is not None:
+        ax.axvspan(*span, color="tab:red", alpha=0.08)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("lag (s)" if seconds else "lag (records)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    mark_events(ax, marks)
     return ax
