@@ -101,11 +101,13 @@ class Scratch:
     single: tuple[int, int] = (0, 0)
 
     def bootstrap(self, data_dir: str = ".mq") -> str:
-        from mq.cli.common import recorded_bootstrap
+        """The bootstrap list of the first region `mq up` recorded (east in the default
+        topology, where the README's blocks run with MQ_REGION=east)."""
+        from mq.cli.common import _recorded_regions
 
-        value = recorded_bootstrap(str(self.root / data_dir))
-        assert value, f"no {data_dir}/cluster.json with a bootstrap list in {self.root}: did `mq up` run?"
-        return value
+        regions = _recorded_regions(str(self.root / data_dir))
+        assert regions, f"no {data_dir}/cluster.json with a bootstrap list in {self.root}: did `mq up` run?"
+        return regions[0][1]
 
 
 def make_scratch(base: Path) -> Scratch:
