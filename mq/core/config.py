@@ -9,6 +9,7 @@ generated from these declarations.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
@@ -110,6 +111,13 @@ def _voters_ok(value: str) -> bool:
     return True
 
 
+_REGION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+REGION_NAME_CHECK = (
+    (lambda v: v == "" or _REGION_NAME.fullmatch(v) is not None),
+    "empty, or a region name (1 to 64 of [A-Za-z0-9._-], as in regions/*.yaml)",
+)
+
+
 def _parse_changes(keys: Mapping[str, ConfigKey], values: Mapping[str, Any], kind: str) -> dict:
     """``{kafka_name: raw}`` -> ``{field: checked value}``; unknown names are refused."""
     changes = {}
@@ -140,6 +148,7 @@ TOPIC_KEYS: tuple[ConfigKey, ...] = (
     _key("min.compaction.lag.ms", int, 0, "A record stays uncompacted at least this long.", _at_least(0)),
     _key("max.compaction.lag.ms", int, 2**63 - 1, "A record becomes eligible for compaction by this age.", _at_least(1)),
     _key("message.timestamp.difference.max.ms", int, 2**63 - 1, "Reject CreateTime timestamps further than this from the broker's clock.", _at_least(0)),
+    _key("mirror.source.region", str, "", "Set: the topic is a read-only mirror of this region's topic of the same name, written only by the mirror (MirrorAppend); produce is refused with MIRROR_TOPIC_READ_ONLY. Delete it to promote the topic (fail-over), set it to demote (fail-back).", REGION_NAME_CHECK),
 )
 TOPIC_KEYS_BY_NAME = {k.name: k for k in TOPIC_KEYS}
 
@@ -165,6 +174,7 @@ class TopicConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     message_timestamp_difference_max_ms: int = 2**63 - 1
+    mirror_source_region: str = ""
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "TopicConfig | None" = None) -> "TopicConfig":

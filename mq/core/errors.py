@@ -1,7 +1,8 @@
 """Named error codes, each marked retriable or not.
 
 Codes keep Kafka's numbers where Kafka has the same error, so a reader can look
-them up in Kafka's protocol guide; mq-only errors use numbers from 1000 up.
+them up in Kafka's protocol guide; mq-only errors use numbers from 1000 up (those of
+mirror topics, ``mq.broker.mirror``, from 1100).
 Errors are values: a response carries an ``ErrorCode``; a client turns a non-zero
 code into an ``MqError`` with ``error.code.retriable`` telling it whether to retry.
 """
@@ -78,6 +79,10 @@ class ErrorCode(IntEnum):
     FRAME_TOO_LARGE = (1002, False, "The frame exceeds the size limit.")
     BUFFER_EXHAUSTED = (1003, True, "The producer buffer stayed full for max_block_ms.")
     DELIVERY_TIMEOUT = (1004, False, "A record was not acknowledged within delivery_timeout_ms.")
+    NOT_MIRROR_TOPIC = (1100, False, "MirrorAppend and MirrorTruncate need a mirror topic (mirror.source.region set).")
+    MIRROR_TOPIC_READ_ONLY = (1101, False, "The topic is a mirror of another region: produce there, or promote it.")
+    MIRROR_DIVERGED = (1102, False, "The mirror topic holds a different batch at these offsets than the source.")
+    MIRROR_OFFSET_GAP = (1103, False, "The batch starts after the mirror topic's log end; records in between are missing.")
 
 
 class MqError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from mq.protocol import group_messages as g
 from mq.protocol import inter_broker as ib
 from mq.protocol import messages as m
+from mq.protocol import mirror_messages as mirror
 from mq.protocol.schema import decoder_for, encoder_for
 
 CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
@@ -17,7 +18,7 @@ CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
     for cls in (
         m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.MetadataRequest, m.ApiVersionsRequest,
         m.CreateTopicsRequest, m.DeleteTopicsRequest, m.DeleteRecordsRequest, m.DescribeConfigsRequest,
-        m.AlterConfigsRequest, *g.GROUP_REQUESTS,
+        m.AlterConfigsRequest, *g.GROUP_REQUESTS, *mirror.MIRROR_REQUESTS,
     )
 }
 

@@ -43,6 +43,8 @@ class ApiKey(IntEnum):
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     RAFT = 1000  # mq's own: one Raft message between metadata quorum voters
+    MIRROR_APPEND = 1001  # mq's own: a mirror appends a source region's batches at their offsets
+    MIRROR_TRUNCATE = 1002  # mq's own: cut a mirror topic's partition on every replica
 
 
 class Message:

@@ -200,7 +200,9 @@ them and ApiVersions lists them; clients never send them."""
 
 def render_wire_protocol() -> str:
     """The wire protocol reference page (markdown)."""
-    out = [_WIRE_INTRO, "## APIs", "", "What clients send.", "",
+    out = [_WIRE_INTRO, "## APIs", "",
+           ("What clients send: Kafka's keys, and mq's own from 1000 (the mirror topic APIs "
+            "`MirrorAppend` and `MirrorTruncate`)."), "",
            *_api_rows(CLIENT_REQUESTS)]
     out += ["", "## Inter-broker APIs", "", _INTER_BROKER_INTRO, "",
             *_api_rows(INTER_BROKER_REQUESTS)]
@@ -228,7 +230,8 @@ def render_wire_protocol() -> str:
             out += [_doc(cls), ""]
         out += _fields_table(cls) + [""]
     out += ["## Error codes", "",
-            "Kafka's numbers where Kafka has the same error; mq-only errors from 1000.", "",
+            ("Kafka's numbers where Kafka has the same error; mq-only errors from 1000 "
+             "(those of mirror topics from 1100)."), "",
             "| code | name | retriable | meaning |", "|---|---|---|---|"]
     for code in ErrorCode:
         out.append(f"| {int(code)} | `{code.name}` | {'yes' if code.retriable else 'no'} | "
