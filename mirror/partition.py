@@ -38,11 +38,11 @@ from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
 
 # Append errors after which the mirror must re-read the target's end before going on.
-RESYNC_ERRORS = frozenset({"MIRROR_OFFSET_GAP", "OFFSET_OUT_OF_RANGE"})
+RESYNC_ERRORS = frozenset({ErrorCode.MIRROR_OFFSET_GAP, ErrorCode.OFFSET_OUT_OF_RANGE})
 # Append errors only an operator can resolve: the flow stops writing the partition.
 BLOCKING_ERRORS = {
-    "NOT_MIRROR_TOPIC": "the target topic is not a mirror topic (promoted, or not created by the mirror)",
-    "MIRROR_DIVERGED": "the target holds different records at these offsets (the regions diverged)",
+    ErrorCode.NOT_MIRROR_TOPIC: "the target topic is not a mirror topic (promoted, or not created by the mirror)",
+    ErrorCode.MIRROR_DIVERGED: "the target holds different records at these offsets (the regions diverged)",
 }
 
 
@@ -302,11 +302,11 @@ class PartitionMirror:
 
     def on_append_error(self, code: ErrorCode, message: str, now_ms: int) -> None:
         self.append_sent_ms = None
-        if code.name in BLOCKING_ERRORS:
-            self.block(f"{code.name}: {BLOCKING_ERRORS[code.name]} ({message})")
+        if code in BLOCKING_ERRORS:
+            self.block(f"{code.name}: {BLOCKING_ERRORS[code]} ({message})")
             self.appending = None
             return
-        if code.name in RESYNC_ERRORS:
+        if code in RESYNC_ERRORS:
             # The target's end is not where this partition thought: read it again.
             self.mirrored_end = None
             self.fetch_offset = None

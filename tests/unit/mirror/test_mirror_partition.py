@@ -148,10 +148,7 @@ def test_an_offset_gap_from_the_target_makes_the_partition_read_the_target_end_a
     pm.on_fetched(old_epoch, batches((10, 5)), 20, 0, 0, 1)
     pm.next_append(0)
     _, in_flight = pm.fetch_sent(1)
-    code = next((c for c in ErrorCode if c.name == "MIRROR_OFFSET_GAP"), None)
-    if code is None:
-        pytest.skip("MIRROR_OFFSET_GAP arrives with the mirror topic broker API (branch mirrorapi)")
-    pm.on_append_error(code, "target ends at 3", 2)
+    pm.on_append_error(ErrorCode.MIRROR_OFFSET_GAP, "target ends at 3", 2)
     assert pm.needs_reset() and pm.state == PartitionState.WAITING
     pm.on_fetched(in_flight, batches((15, 5)), 20, 0, 3, 3)  # stale answer: ignored
     assert not pm.buffered
@@ -174,3 +171,14 @@ def test_lag_seconds_is_the_age_of_the_oldest_fetched_unmirrored_record() -> Non
     pm.reset(0)
     fetched(pm, batch(0, 3, ts=4_000), hw=3)
     assert pm.lag_seconds(7_000) == 3.0
+
+
+def test_a_diverged_or_promoted_target_blocks_the_partition() -> None:
+    for code in (ErrorCode.MIRROR_DIVERGED, ErrorCode.NOT_MIRROR_TOPIC):
+        pm = PartitionMirror(TP)
+        pm.reset(0)
+        fetched(pm, batches((0, 2)), hw=2)
+        pm.next_append(0)
+        pm.on_append_error(code, "no", 1)
+        assert pm.state == PartitionState.BLOCKED and code.name in pm.reason
+        assert pm.next_append(10_000) is None and not pm.wants_fetch(10_000)
