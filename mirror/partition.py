@@ -279,7 +279,8 @@ class PartitionMirror:
     def on_appended(self, *, high_watermark: int, duplicates: int, now_ms: int,
                     wall_ms: int) -> AppendOutcome:
         chunk = self.appending
-        assert chunk is not None, "an append answer with no append in flight"
+        if chunk is None:  # the partition started over while the append was out
+            return AppendOutcome(0, 0, 0, duplicates, ())
         self.appending = None
         self.append_sent_ms = None
         self.target_problem = None
