@@ -25,6 +25,11 @@ connections, either
 Healing a link aborts the blackholed connections, so a sender that never times out
 (one-way Raft messages need no answer) reconnects instead of writing into the void.
 
+The forwarding is the product's link proxy (``mq.deploy.link_proxy``, what ``mq up``
+runs between regions): one ``LinkListener`` per directed link whose one ``Direction``
+carries both ways, unshaped. The harness's cut is the product's cut plus an abort of
+what is open, and its heal aborts the held connections first, as described above.
+
 The proxy runs an asyncio loop in its own daemon thread; every public method is
 called from the test's thread and returns once the change is in effect (existing
 connections already aborted).
@@ -34,68 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
-import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Self
 
-MODES = ("blackhole", "refuse")
-CONNECT_TIMEOUT_S = 5.0
+from mq.deploy.link_proxy import CUT_MODES, Direction, LinkListener, ListenerStats
+
+MODES = CUT_MODES
 CALL_TIMEOUT_S = 10.0
-CHUNK = 256 * 1024
 
 Link = tuple[int, int]
-
-
-@dataclass
-class LinkStats:
-    """What one directed link did (read them with ``LinkProxy.stats``)."""
-
-    accepted: int = 0  # connections accepted while the link was up
-    forwarded_bytes: int = 0  # both directions
-    refused: int = 0  # connections reset at once while cut (refuse mode)
-    blackholed: int = 0  # connections accepted and never forwarded while cut
-    aborted: int = 0  # open connections aborted by a cut or a heal
-    upstream_failures: int = 0  # the target did not accept (down or paused backlog)
-
-
-@dataclass
-class _Conn:
-    client: asyncio.StreamWriter
-    upstream: asyncio.StreamWriter | None = None
-
-    def abort(self) -> None:
-        for writer in (self.client, self.upstream):
-            if writer is not None:
-                _abort(writer)
-
-    def close(self) -> None:
-        for writer in (self.client, self.upstream):
-            if writer is not None:
-                writer.close()
-
-
-@dataclass
-class _LinkState:
-    link: Link
-    target: tuple[str, int]
-    server: asyncio.base_events.Server | None = None
-    port: int = 0
-    cut: str | None = None  # None (up) or a mode
-    conns: set[int] = field(default_factory=set)
-    stats: LinkStats = field(default_factory=LinkStats)
-
-
-def _abort(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:  # SO_LINGER 0: close() sends a RST, the peer sees "connection reset"
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-    writer.transport.abort()
+LinkStats = ListenerStats  # accepted, forwarded_bytes, refused, blackholed, aborted, upstream_failures
 
 
 class LinkProxy:
@@ -109,11 +63,10 @@ class LinkProxy:
         self.host = host
         self.mode = mode
         self.targets = {int(n): (str(h), int(p)) for n, (h, p) in sorted(targets.items())}
-        self._links: dict[Link, _LinkState] = {
-            (src, dst): _LinkState((src, dst), self.targets[dst])
-            for src, dst in itertools.permutations(sorted(self.targets), 2)}
-        self._conns: dict[int, _Conn] = {}
-        self._ids = itertools.count()
+        self._links: dict[Link, LinkListener] = {}
+        for src, dst in itertools.permutations(sorted(self.targets), 2):
+            direction = Direction(f"{src}->{dst}")
+            self._links[(src, dst)] = LinkListener(self.targets[dst], direction, direction, host=host)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -134,10 +87,8 @@ class LinkProxy:
         return self
 
     async def _bind_all(self) -> None:
-        for state in self._links.values():
-            state.server = await asyncio.start_server(
-                lambda r, w, s=state: self._accept(s, r, w), self.host, 0, reuse_address=True)
-            state.port = state.server.sockets[0].getsockname()[1]
+        for listener in self._links.values():
+            await listener.start()
 
     def close(self) -> None:
         """Stop listening, abort every connection, stop the thread. Idempotent."""
@@ -155,16 +106,7 @@ class LinkProxy:
         loop.close()
 
     async def _shutdown(self) -> None:
-        for state in self._links.values():
-            if state.server is not None:
-                state.server.close()
-        for conn in list(self._conns.values()):
-            conn.abort()
-        self._conns.clear()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(listener.close() for listener in self._links.values()))
 
     def __enter__(self) -> Self:
         return self.start()
@@ -203,7 +145,7 @@ class LinkProxy:
             parts.append(f"{other}@{host}:{port}")
         return ",".join(parts)
 
-    def _state(self, src: int, dst: int) -> _LinkState:
+    def _state(self, src: int, dst: int) -> LinkListener:
         try:
             return self._links[(src, dst)]
         except KeyError:
@@ -247,16 +189,14 @@ class LinkProxy:
         self._heal(list(self._links))
 
     def is_cut(self, src: int, dst: int) -> bool:
-        return self._state(src, dst).cut is not None
+        return not self._state(src, dst).forward.is_up
 
     def cut_links(self) -> list[Link]:
-        return [link for link, state in sorted(self._links.items()) if state.cut is not None]
+        return [link for link, listener in sorted(self._links.items()) if not listener.forward.is_up]
 
     def stats(self, src: int, dst: int) -> LinkStats:
         """A copy of the link's counters."""
-        s = self._state(src, dst).stats
-        return LinkStats(s.accepted, s.forwarded_bytes, s.refused, s.blackholed, s.aborted,
-                         s.upstream_failures)
+        return self._state(src, dst).stats.copy()
 
     def _cut(self, links: list[Link], mode: str | None) -> None:
         mode = mode or self.mode
@@ -273,83 +213,14 @@ class LinkProxy:
 
     async def _apply(self, links: list[Link], mode: str | None) -> None:
         for link in sorted(links):
-            state = self._links[link]
-            if state.cut == mode:
+            listener = self._links[link]
+            if listener.forward.cut_mode == mode:
                 continue
-            state.cut = mode
-            # Up -> cut: abort what was forwarded. Cut -> up: abort what was blackholed.
-            for cid in sorted(state.conns):
-                conn = self._conns.pop(cid, None)
-                if conn is not None:
-                    conn.abort()
-                    state.stats.aborted += 1
-            state.conns.clear()
-
-    # ------------------------------------------------------------------ forwarding
-
-    async def _accept(self, state: _LinkState, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        cid = next(self._ids)
-        conn = _Conn(writer)
-        self._conns[cid] = conn
-        state.conns.add(cid)
-        try:
-            if state.cut == "refuse":
-                state.stats.refused += 1
-                self._conns.pop(cid, None)
-                conn.abort()
-            elif state.cut == "blackhole":
-                state.stats.blackholed += 1
-                await _discard(reader)
+            # Up -> cut: abort what was forwarded. Cut -> up: abort what was held, so a
+            # sender that never times out reconnects instead of writing into the void.
+            if mode is None:
+                listener.abort_connections()
+                listener.forward.heal()
             else:
-                state.stats.accepted += 1
-                await self._forward(state, cid, conn, reader)
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            state.conns.discard(cid)
-            if self._conns.pop(cid, None) is not None:
-                conn.close()  # ended by a peer, not by a cut: flush and FIN
-
-    async def _forward(self, state: _LinkState, cid: int, conn: _Conn,
-                       reader: asyncio.StreamReader) -> None:
-        try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(*state.target), CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError):
-            state.stats.upstream_failures += 1
-            if self._conns.pop(cid, None) is not None:
-                conn.abort()  # the sender sees a reset, as from a refused connection
-            return
-        conn.upstream = up_writer
-        if cid not in self._conns:  # cut while connecting
-            _abort(up_writer)
-            return
-        for w in (conn.client, up_writer):
-            sock = w.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pumps = [asyncio.ensure_future(_pump(reader, up_writer, state.stats)),
-                 asyncio.ensure_future(_pump(up_reader, conn.client, state.stats))]
-        try:
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pump in pumps:
-                pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                stats: LinkStats) -> None:
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            stats.forwarded_bytes += len(data)
-            await writer.drain()
-    except (OSError, asyncio.IncompleteReadError):
-        pass
-
-
-async def _discard(reader: asyncio.StreamReader) -> None:
-    while await reader.read(CHUNK):
-        pass
+                listener.forward.cut(mode)
+                listener.abort_connections()
