@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--topics", action="append", help="include pattern (regex, whole name); repeatable")
     run.add_argument("--exclude", action="append", help="exclude pattern (regex, whole name); repeatable")
     run.add_argument("--groups", action="append", help="group pattern (regex, whole id); repeatable")
+    run.add_argument("--groups-exclude", action="append", help="group exclude pattern; repeatable")
     run.add_argument("--refresh-topics-interval-ms", type=int)
     run.add_argument("--sync-group-offsets-interval-ms", type=int)
     run.add_argument("--emit-heartbeats-interval-ms", type=int)
@@ -107,6 +108,8 @@ def flow_from_args(args: argparse.Namespace) -> FlowConfig:
                                         tuple(args.exclude or flow.topics.exclude))
     if args.groups:
         changes["groups"] = tuple(args.groups)
+    if args.groups_exclude:
+        changes["groups_exclude"] = tuple(args.groups_exclude)
     for key in ("refresh_topics_interval_ms", "sync_group_offsets_interval_ms",
                 "emit_heartbeats_interval_ms", "replication_factor"):
         if getattr(args, key) is not None:

@@ -47,12 +47,14 @@ from mirror.failover import FAILOVER_STATE
 from mirror.flow_config import (
     FlowConfig,
     FlowConfigError,
+    bootstrap_of,
     default_cluster_path,
     flow_dir_name,
     flow_from_entry,
     flows_of,
     load_cluster,
     regions_of,
+    reverse_address_map,
 )
 from mirror.groups import flow_groups, sync_groups
 from mirror.procs import running_pid, start_flow, stop_flow
@@ -66,28 +68,20 @@ FAILBACK_STATE = "failback.json"
 POLL_S = 0.5
 
 
-def reverse_address_map(doc: dict, source: str, target: str) -> dict[str, str]:
-    """How a client in ``target`` reaches ``source``'s brokers: a flow source->target's map,
-    or a link source->target's, from cluster.json ({} when neither is there: direct)."""
-    for flow in flows_of(doc).values():
-        if flow.get("source") == source and flow.get("target") == target and flow.get("source_address_map"):
-            return dict(flow["source_address_map"])
-    for link in doc.get("links") or []:
-        ends = (link.get("source") or link.get("src") or link.get("from"),
-                link.get("target") or link.get("dst") or link.get("to"))
-        if ends == (source, target) and isinstance(link.get("address_map"), dict):
-            return dict(link["address_map"])
-    return {}
-
-
 def reverse_flow(doc: dict, flow: FlowConfig, topics: list[str]) -> FlowConfig:
     data_dir = os.path.dirname(flow.state_dir)
     name = f"{flow.target_region}->{flow.source_region}"
+    amap = reverse_address_map(doc, flow.target_region, flow.source_region)
+    source_bootstrap = ",".join(amap.get(a, a) for a in flow.target_bootstrap.split(","))
     return replace(flow, name=name, source_region=flow.target_region, target_region=flow.source_region,
-                   source_bootstrap=flow.target_bootstrap, target_bootstrap=flow.source_bootstrap,
-                   source_address_map=reverse_address_map(doc, flow.target_region, flow.source_region),
+                   source_bootstrap=source_bootstrap, target_bootstrap=_direct(doc, flow.source_region),
+                   source_address_map=amap,
                    topics=TopicFilter(tuple(re.escape(t) for t in topics)),
                    state_dir=os.path.join(data_dir, flow_dir_name(name)), cluster_path="")
+
+
+def _direct(doc: dict, region: str) -> str:
+    return bootstrap_of(regions_of(doc)[region])
 
 
 def run_args(flow: FlowConfig) -> list[str]:
@@ -99,6 +93,8 @@ def run_args(flow: FlowConfig) -> list[str]:
         args += ["--topics", pattern]
     for pattern in flow.groups:
         args += ["--groups", pattern]
+    for pattern in flow.groups_exclude:
+        args += ["--groups-exclude", pattern]
     args += ["--sync-group-offsets-interval-ms", str(flow.sync_group_offsets_interval_ms),
              "--refresh-topics-interval-ms", str(flow.refresh_topics_interval_ms)]
     return args
@@ -167,8 +163,8 @@ async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Call
     old_r, new_r = flow.source_region, flow.target_region
     reverse = reverse_flow(doc, flow, topics)
     deadline = time.monotonic() + timeout_s
-    async with Admin(flow.source_bootstrap, client_id="mirror-failback") as old, \
-            Admin(flow.target_bootstrap, client_id="mirror-failback") as new:
+    async with Admin(_direct(doc, old_r), client_id="mirror-failback") as old, \
+            Admin(_direct(doc, new_r), client_id="mirror-failback") as new:
         tps = [TopicPartition(t, p) for t in topics for p in range(len(fo["promotion_ends"][t]))]
         if state["step"] < 3:
             for topic in topics:
@@ -194,7 +190,7 @@ async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Call
         await _wait_caught_up(old, new, tps, final, deadline, say)
         say(f"7. caught up: {old_r} and {new_r} end at the same offsets in every partition "
             f"({sum(final.values())} records)")
-        groups = await flow_groups(new, flow.groups, fo.get("groups", {}).keys())
+        groups = await flow_groups(new, flow, fo.get("groups", {}).keys())
         synced = await sync_groups(new, old, groups, final)
         _, stopped = stop_flow(reverse.state_dir)
         say(f"8. final offset sync of {len(synced)} group(s) {new_r} -> {old_r}; reverse flow {stopped}")

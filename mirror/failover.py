@@ -78,7 +78,7 @@ async def _source_view(flow: FlowConfig, tps: list[TopicPartition], groups: list
                      address_map=dict(flow.source_address_map),
                      request_timeout_ms=int(SOURCE_TIMEOUT_S * 1000)) as source:
         ends = await source.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}) if tps else {}
-        names = await flow_groups(source, flow.groups, groups)
+        names = await flow_groups(source, flow, groups)
         synced = await sync_groups(source, target, names, mirrored)
     return {tp: info.offset for tp, info in ends.items()}, synced
 

@@ -54,6 +54,8 @@ class FlowConfig:
     source_address_map: Mapping[str, str] = field(default_factory=dict)
     topics: TopicFilter = field(default_factory=TopicFilter)
     groups: tuple[str, ...] = (".*",)
+    groups_exclude: tuple[str, ...] = ()
+    sync_group_offsets_enabled: bool = True
     mode: str = "active-passive"
     refresh_topics_interval_ms: int = 5_000
     sync_group_offsets_interval_ms: int = 5_000
@@ -94,7 +96,7 @@ def load_cluster(path: str) -> dict[str, Any]:
 
 def data_dir_of(doc: Mapping[str, Any], path: str) -> str:
     """cluster.json lives in the data dir; an absolute ``data_dir`` in it wins."""
-    data_dir = doc.get("data_dir") or doc.get("topology", {}).get("data_dir")
+    data_dir = doc.get("data_dir")
     if isinstance(data_dir, str) and os.path.isabs(data_dir):
         return data_dir
     return os.path.dirname(os.path.abspath(path))
@@ -102,8 +104,6 @@ def data_dir_of(doc: Mapping[str, Any], path: str) -> str:
 
 def regions_of(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     regions = doc.get("regions")
-    if regions is None and "topology" in doc:
-        regions = doc["topology"].get("regions")
     if isinstance(regions, dict):
         return {name: dict(r, name=name) for name, r in regions.items()}
     return {r["name"]: r for r in regions or [] if isinstance(r, dict) and "name" in r}
@@ -111,13 +111,22 @@ def regions_of(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def flows_of(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     flows = doc.get("flows")
-    if flows is None:
-        flows = doc.get("mirrors")
-    if flows is None and "topology" in doc:
-        flows = doc["topology"].get("flows") or doc["topology"].get("mirrors")
     if isinstance(flows, dict):
         return {name: dict(f, name=name) for name, f in flows.items()}
     return {f["name"]: f for f in flows or [] if isinstance(f, dict) and "name" in f}
+
+
+def reverse_address_map(doc: Mapping[str, Any], source: str, target: str) -> dict[str, str]:
+    """How a client in ``target`` reaches ``source``'s brokers: the routes of the link
+    process between them (``link_pairs``), else a flow source->target's map ({}: direct)."""
+    for pair in doc.get("link_pairs") or []:
+        if set(pair.get("regions", ())) == {source, target}:
+            return {str(r["target"]): str(r["listen"]) for r in pair.get("routes", [])
+                    if r.get("region") == source}
+    for flow in flows_of(doc).values():
+        if flow.get("source") == source and flow.get("target") == target:
+            return dict(flow.get("source_address_map") or {})
+    return {}
 
 
 def bootstrap_of(region: Mapping[str, Any]) -> str:
@@ -174,15 +183,21 @@ def flow_from_entry(doc: Mapping[str, Any], path: str, flow: Mapping[str, Any]) 
                         (".*",))
     exclude = _patterns(flow.get("exclude", topics.get("exclude")), ())
     groups_value = flow.get("groups")
+    groups_exclude: Any = None
     if isinstance(groups_value, dict):
-        groups_value = groups_value.get("include")
+        groups_value, groups_exclude = groups_value.get("include"), groups_value.get("exclude")
+    state_dir = str(flow.get("data_dir") or "")
+    if not os.path.isabs(state_dir):
+        state_dir = os.path.join(data_dir_of(doc, path), flow_dir_name(name))
     return FlowConfig(
         name=name, source_region=source, target_region=target,
         source_bootstrap=str(flow.get("source_bootstrap") or bootstrap_of(regions[source])),
         target_bootstrap=str(flow.get("target_bootstrap") or bootstrap_of(regions[target])),
-        state_dir=os.path.join(data_dir_of(doc, path), flow_dir_name(name)),
+        state_dir=state_dir,
         source_address_map={str(k): str(v) for k, v in (flow.get("source_address_map") or {}).items()},
         topics=TopicFilter(include, exclude), groups=_patterns(groups_value, (".*",)),
+        groups_exclude=_patterns(groups_exclude, ()),
+        sync_group_offsets_enabled=str(flow.get("sync.group.offsets.enabled", True)).lower() != "false",
         mode=str(flow.get("mode", "active-passive")),
         refresh_topics_interval_ms=_interval(flow, "refresh.topics.interval.ms"),
         sync_group_offsets_interval_ms=_interval(flow, "sync.group.offsets.interval.ms"),

@@ -5,8 +5,9 @@ Used every sync interval by the running flow and once more by fail-over."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
+from mirror.flow_config import FlowConfig
 from mirror.group_sync import GroupSync, plan_group_sync
 from mirror.topics import matching_groups
 from mq.client import Admin
@@ -16,9 +17,10 @@ from mq.core.types import TopicPartition
 log = logging.getLogger("mirror")
 
 
-async def flow_groups(source: Admin, patterns: Sequence[str], extra: Iterable[str] = ()) -> list[str]:
+async def flow_groups(source: Admin, flow: FlowConfig, extra: Iterable[str] = ()) -> list[str]:
+    """The flow's groups in ``source`` (its include/exclude patterns) and ``extra`` ones."""
     listed = [g.group_id for g in await source.list_groups()]
-    return sorted(set(matching_groups(listed, patterns)) | set(extra))
+    return sorted(set(matching_groups(listed, flow.groups, flow.groups_exclude)) | set(extra))
 
 
 async def sync_group(source: Admin, target: Admin, group: str,

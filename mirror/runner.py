@@ -163,9 +163,9 @@ class FlowRunner:
 
     async def _sync_groups(self) -> None:
         ends = self.copier.mirrored_ends()
-        if not ends:
+        if not ends or not self.flow.sync_group_offsets_enabled:
             return
-        groups = await flow_groups(self.source, self.flow.groups)
+        groups = await flow_groups(self.source, self.flow)
         now = self.clock.wall_ms()
         for group, sync in (await sync_groups(self.source, self.target, groups, ends)).items():
             self.metrics.synced(group, len(sync.offsets))

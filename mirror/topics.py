@@ -143,6 +143,8 @@ def plan_topics(source: Mapping[str, TopicInfo], target: Mapping[str, TopicInfo]
     return TopicPlan(tuple(create), tuple(alter), mirrored, problems, skipped)
 
 
-def matching_groups(groups: Sequence[str], patterns: Sequence[str]) -> list[str]:
-    """Groups whose id matches any of ``patterns`` (regular expressions, whole id)."""
-    return sorted(g for g in groups if any(re.fullmatch(p, g) for p in patterns))
+def matching_groups(groups: Sequence[str], patterns: Sequence[str], exclude: Sequence[str] = ()) -> list[str]:
+    """Groups whose id matches any of ``patterns`` and none of ``exclude`` (regular
+    expressions, whole id)."""
+    return sorted(g for g in groups if any(re.fullmatch(p, g) for p in patterns)
+                  and not any(re.fullmatch(p, g) for p in exclude))
