@@ -1,6 +1,6 @@
-"""Region files: ``regions/*.yaml`` read and checked into a ``Topology``.
+"""Region files: ``regions/*.yaml`` read and checked into a ``Topology`` (one region).
 
-A region file names one region, its brokers (node id, native address, optional
+A one-region file names one region, its brokers (node id, native address, optional
 metrics address and broker configs), the controller voters and the data directory::
 
     region: local
@@ -14,9 +14,9 @@ metrics address and broker configs), the controller voters and the data director
 Every mistake is refused before a process starts, with the file, the key path and
 what to write instead (``regions/x.yaml: brokers[1].listen: '127.0.0.1' is not
 HOST:PORT — write it as 127.0.0.1:9093``). Unknown keys are refused too, so a typo is
-never silently ignored; the keys a later issue adds (regions, links, mirror flows) are
-refused with a word saying this version does not read them yet.
-docs/reference/regions.md documents every key.
+never silently ignored. A file with ``regions:`` (several regions, WAN links, mirror
+flows) is read by ``mq.deploy.regions_file``, which reuses this reader for each region;
+``load_topology`` there reads either format. docs/reference/regions.md documents every key.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ FIRST_PORT = 9092
 
 REGION_KEYS = ("region", "data_dir", "voters", "configs", "brokers")
 BROKER_ENTRY_KEYS = ("id", "listen", "metrics_listen", "configs")
-LATER_KEYS = ("regions", "links", "mirrors", "mirror_flows", "flows")  # a later issue reads these
+GEO_KEYS = ("regions", "links", "mirrors", "link_port_base")  # the several-regions format
 # Broker configs the file sets through its own keys, never through `configs:`.
 STRUCTURAL_CONFIGS = {
     "node.id": "brokers[N].id",
@@ -149,10 +149,17 @@ def _config_text(value: Any) -> str:
 
 
 class _Reader:
-    def __init__(self, source: str) -> None:
+    """Checks one file; ``prefix`` is the key path of the part being read (``regions[1].``)."""
+
+    def __init__(self, source: str, prefix: str = "") -> None:
         self.source = source
+        self.prefix = prefix
+
+    def at(self, prefix: str) -> _Reader:
+        return type(self)(self.source, self.prefix + prefix)
 
     def fail(self, where: str, what: str, todo: str) -> RegionError:
+        where = f"{self.prefix}{where}" if where else self.prefix.rstrip(".")
         prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
         return RegionError(prefix + what, todo)
 
@@ -164,11 +171,12 @@ class _Reader:
                             f"write {label} as keys and values ({example}); see docs/reference/regions.md")
         unknown = sorted((str(k) for k in data if k not in allowed), key=str)
         if unknown:
-            later = [k for k in unknown if top and k in LATER_KEYS]
-            if later:
-                raise self.fail(where, f"{', '.join(repr(k) for k in later)}: not supported by this "
-                                "version of mq (a later release reads regions, links and mirror flows)",
-                                f"remove {', '.join(later)}; this version reads {', '.join(allowed)}")
+            geo = [k for k in unknown if top and k in GEO_KEYS]
+            if geo:
+                raise self.fail(where, f"{', '.join(repr(k) for k in geo)}: only in a file with several "
+                                "regions (regions:, links:, mirrors:)",
+                                "list the regions under regions: with their brokers, or remove "
+                                f"{', '.join(geo)} (see regions/default.yaml and docs/reference/regions.md)")
             names = ", ".join(repr(k) for k in unknown)
             hint = _close(unknown[0], allowed)
             raise self.fail(where, f"unknown key{'s' if len(unknown) > 1 else ''} {names}",
@@ -185,6 +193,10 @@ class _Reader:
         root = os.path.abspath(os.path.expanduser(data_dir or self.data_dir(data.get("data_dir", DEFAULT_DATA_DIR))))
         shared = self.configs("configs", data.get("configs", {}))
         extra = self.configs("--config", dict(extra_configs)) if extra_configs else {}
+        return self.region(data, name, root, shared, extra)
+
+    def region(self, data: dict, name: str, root: str, shared: dict[str, str], extra: dict[str, str]) -> Topology:
+        """The brokers and voters of one region whose brokers live under ``root``."""
         if "brokers" not in data:
             raise self.fail("", "no brokers", "list them under brokers: (see regions/default.yaml)")
         raw_brokers = data["brokers"]
@@ -206,10 +218,11 @@ class _Reader:
                                       metrics_listen=e["metrics_listen"], configs=configs))
         return Topology(name=name, data_dir=root, brokers=tuple(brokers), voters=tuple(voters))
 
-    def region_name(self, value: Any) -> str:
+    def region_name(self, value: Any, key: str = "region", *, noun: str = "region") -> str:
         if not isinstance(value, str) or not _NAME.match(value):
-            raise self.fail("region", f"{value!r} is not a region name",
-                            "use 1 to 64 letters, digits, '.', '_' or '-' (for example: local)")
+            raise self.fail(key, f"{value!r} is not a {noun} name",
+                            "use 1 to 64 letters, digits, '.', '_' or '-' (for example: "
+                            f"{'east-to-west' if noun == 'flow' else 'local'})")
         return value
 
     def data_dir(self, value: Any) -> str:

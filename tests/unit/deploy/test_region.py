@@ -39,9 +39,10 @@ def refused(text: str, **kwargs) -> str:
 # ---------------------------------------------------------------------- the default region
 
 
-def test_default_region(tmp_path, monkeypatch):
+def test_local_region(tmp_path, monkeypatch):
+    """regions/local.yaml: the one region `mq up` started before regions came."""
     monkeypatch.chdir(tmp_path)
-    topology = load_region(REPO / "regions" / "default.yaml")
+    topology = load_region(REPO / "regions" / "local.yaml")
     assert topology.name == "local" and topology.voters == (1, 2, 3)
     assert topology.data_dir == str(tmp_path / ".mq")  # relative to the cwd, as `mq up` always used
     assert [(b.node_id, b.listen, b.metrics_endpoint) for b in topology.brokers] == [
@@ -189,9 +190,10 @@ def test_unknown_top_level_key_is_named():
     assert "regions/x.yaml: unknown keys 'brokerz', 'zones' — did you mean brokers? the file may have:" in line
 
 
-def test_keys_of_a_later_release_are_refused_clearly():
+def test_keys_of_the_several_regions_format_are_refused_in_a_one_region_file():
     line = refused(THREE + "links: []\n")
-    assert "'links': not supported by this version of mq" in line and "remove links" in line
+    assert "'links': only in a file with several regions (regions:, links:, mirrors:)" in line
+    assert "list the regions under regions:" in line
 
 
 def test_unknown_broker_key():
