@@ -28,6 +28,7 @@ from mq.client import blocking
 from mq.core.types import TopicPartition
 from mq.deploy.link_proxy import Direction, LinkListener
 from mq.deploy.shaping import LinkSettings
+from mq.deploy.topology import BrokerSpec, Deployment, FlowSpec, LinkPair, ProxyRoute, Topology
 from mq.protocol.record_batch import iter_batches
 
 REPO = Path(__file__).resolve().parents[3]
@@ -172,20 +173,24 @@ def mirror_args(flow: str, source: str, target: str, state_dir: Path, *, address
 
 def write_cluster(path: Path, east: str, west: str, *, east_link: dict[str, str],
                   west_link: dict[str, str], interval_ms: int = 300, groups: tuple[str, ...] = (".*",)) -> Path:
-    """A cluster.json as ``mq up`` writes it, for two one-broker regions and one flow."""
-    doc = {
-        "regions": [{"name": "east", "brokers": [{"id": 1, "listen": east}]},
-                    {"name": "west", "brokers": [{"id": 1, "listen": west}]}],
-        "links": [{"source": "east", "target": "west", "address_map": east_link},
-                  {"source": "west", "target": "east", "address_map": west_link}],
-        "flows": [{"name": "east->west", "source": "east", "target": "west", "mode": "active-passive",
-                   "topics": {"include": [".*"], "exclude": []}, "groups": list(groups),
-                   "intervals": {"refresh.topics.interval.ms": interval_ms,
-                                 "sync.group.offsets.interval.ms": interval_ms,
-                                 "emit.heartbeats.interval.ms": 200},
-                   "source_address_map": east_link}],
-    }
-    path.write_text(json.dumps(doc, indent=1))
+    """cluster.json as ``mq up`` writes it (``mq.deploy.topology.Deployment``), for two
+    one-broker regions, the link pair between them (our ``Link`` listeners as its routes)
+    and the flow east->west."""
+    data_dir = str(path.parent)
+
+    def region(name: str, listen: str) -> Topology:
+        return Topology(name, os.path.join(data_dir, name),
+                        (BrokerSpec(1, listen, os.path.join(data_dir, name, "broker-1")),))
+
+    routes = tuple(ProxyRoute(r, 1, target, listen) for r, amap in (("east", east_link), ("west", west_link))
+                   for target, listen in amap.items())
+    flow = FlowSpec("east->west", "east", "west", groups_include=groups,
+                    sync_group_offsets_interval_ms=interval_ms, refresh_topics_interval_ms=interval_ms,
+                    emit_heartbeats_interval_ms=200, data_dir=os.path.join(data_dir, "mirror-east->west"))
+    deployment = Deployment(data_dir, (region("east", east), region("west", west)),
+                            pairs=(LinkPair(("east", "west"), "127.0.0.1:1", routes, os.path.join(data_dir, "links")),),
+                            flows=(flow,))
+    path.write_text(json.dumps(deployment.to_json(), indent=1))
     return path
 
 

@@ -13,38 +13,48 @@ from mirror.status import describe, format_table, read_status, write_status
 from mq.core.types import TopicPartition
 from mq.protocol.record_batch import build_batch
 
-CLUSTER = {
-    "data_dir": "ignored-relative",
-    "regions": [
-        {"name": "east", "brokers": [{"id": 1, "listen": "127.0.0.1:9092"}, {"id": 2, "listen": "127.0.0.1:9093"}]},
-        {"name": "west", "brokers": [{"id": 1, "listen": "127.0.0.1:9192"}]},
-    ],
-    "flows": [{"name": "east->west", "source": "east", "target": "west", "mode": "active-passive",
-               "topics": {"include": ["orders.*"], "exclude": [".*tmp"]}, "groups": ["billing"],
-               "intervals": {"sync.group.offsets.interval.ms": 2000},
-               "source_address_map": {"127.0.0.1:9092": "127.0.0.1:29092"}}],
-}
+
+def cluster_json(tmp_path) -> str:
+    """A cluster.json as mq up writes it (mq.deploy.topology.Deployment)."""
+    from mq.deploy.topology import BrokerSpec, Deployment, FlowSpec, LinkPair, ProxyRoute, Topology
+
+    east = Topology("east", str(tmp_path / "east"), (BrokerSpec(1, "127.0.0.1:9092", "d1"),
+                                                      BrokerSpec(2, "127.0.0.1:9093", "d2")))
+    west = Topology("west", str(tmp_path / "west"), (BrokerSpec(1, "127.0.0.1:9192", "d3"),))
+    routes = (ProxyRoute("east", 1, "127.0.0.1:9092", "127.0.0.1:29092"),
+              ProxyRoute("east", 2, "127.0.0.1:9093", "127.0.0.1:29093"),
+              ProxyRoute("west", 1, "127.0.0.1:9192", "127.0.0.1:29192"))
+    flow = FlowSpec("east->west", "east", "west", topics_include=("orders.*",), topics_exclude=(".*tmp",),
+                    groups_include=("billing",), groups_exclude=("billing-test",),
+                    sync_group_offsets_interval_ms=2000, data_dir=str(tmp_path / "mirror-east->west"))
+    doc = Deployment(str(tmp_path), (east, west), pairs=(LinkPair(("east", "west"), "127.0.0.1:1", routes,
+                                                                   str(tmp_path / "links")),), flows=(flow,))
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc.to_json()))
+    return str(path)
 
 
 def test_a_flow_is_read_from_cluster_json(tmp_path) -> None:
-    path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(CLUSTER))
-    flow = flow_from_cluster(str(path), "east->west")
+    from mirror.flow_config import load_cluster, reverse_address_map
+
+    path = cluster_json(tmp_path)
+    flow = flow_from_cluster(path, "east->west")
     assert (flow.source_region, flow.target_region) == ("east", "west")
-    assert flow.source_bootstrap == "127.0.0.1:9092,127.0.0.1:9093"
+    assert flow.source_bootstrap == "127.0.0.1:29092,127.0.0.1:29093"  # through the link
     assert flow.target_bootstrap == "127.0.0.1:9192"
-    assert flow.source_address_map == {"127.0.0.1:9092": "127.0.0.1:29092"}
+    assert flow.source_address_map == {"127.0.0.1:9092": "127.0.0.1:29092", "127.0.0.1:9093": "127.0.0.1:29093"}
+    assert reverse_address_map(load_cluster(path), "west", "east") == {"127.0.0.1:9192": "127.0.0.1:29192"}
     assert flow.topics.matches("orders") and not flow.topics.matches("orders.tmp")
-    assert flow.groups == ("billing",) and flow.sync_group_offsets_interval_ms == 2000
+    assert flow.groups == ("billing",) and flow.groups_exclude == ("billing-test",)
+    assert flow.sync_group_offsets_interval_ms == 2000
     assert flow.refresh_topics_interval_ms == 5000  # the default
     assert flow.state_dir == str(tmp_path / "mirror-east->west")
 
 
 def test_unknown_flows_and_bad_maps_are_refused_with_the_reason(tmp_path) -> None:
-    path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(CLUSTER))
+    path = cluster_json(tmp_path)
     with pytest.raises(FlowConfigError, match=r"no flow 'west->east' .*flows: east->west"):
-        flow_from_cluster(str(path), "west->east")
+        flow_from_cluster(path, "west->east")
     with pytest.raises(FlowConfigError, match="does not exist"):
         flow_from_cluster(str(tmp_path / "nope.json"), "east->west")
     assert parse_address_map("a:1=b:2, c:3=d:4") == {"a:1": "b:2", "c:3": "d:4"}
