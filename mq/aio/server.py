@@ -204,6 +204,11 @@ class BrokerServer:
     def _deliver(self) -> None:
         """Completions to their connections, outbound requests to the peers."""
         for cut in self.node.take_unclean_truncations():
+            if cut.mirror_topic:
+                log.info("mirror_truncation partition=%s high_watermark=%d truncated_to=%d "
+                         "(a MirrorTruncate or a lost mirror copy; the source region holds the records)",
+                         cut.tp, cut.from_offset, cut.to_offset)
+                continue
             log.warning("unclean_truncation partition=%s high_watermark=%d truncated_to=%d lost_offsets=%d "
                         "(the leader was elected from outside the ISR: acknowledged records are gone)",
                         cut.tp, cut.from_offset, cut.to_offset, cut.from_offset - cut.to_offset)

@@ -37,11 +37,14 @@ LEADER_METADATA_BEHIND = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_LEADER, ErrorCo
 
 @dataclass(frozen=True, slots=True)
 class UncleanTruncation:
-    """A follower cut its log below its high watermark (``from_offset``) to ``to_offset``."""
+    """A follower cut its log below its high watermark (``from_offset``) to ``to_offset``.
+    On a mirror topic (``mirror_topic``) that is how a MirrorTruncate reaches the
+    followers, a deliberate cut rather than a loss (the source region holds the records)."""
 
     tp: TopicPartition
     from_offset: int
     to_offset: int
+    mirror_topic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +177,14 @@ class FetcherManager:
             follower = fetcher.partitions.get(tp)
             if follower is None:
                 continue
+            partition = partitions.get(tp)
             if outcome.truncated_below_high_watermark and outcome.truncated_to is not None:
-                # Only an unclean election makes a leader shorter than what was
-                # committed: those offsets held acknowledged records, now gone.
-                self.truncations.append(UncleanTruncation(tp, high_watermarks.get(tp, 0), outcome.truncated_to))
+                # Only an unclean election (or, on a mirror topic, a MirrorTruncate) makes a
+                # leader shorter than what was committed: those offsets held acknowledged
+                # records, now gone.
+                mirror = partition is not None and bool(partition.config.mirror_source_region)
+                self.truncations.append(UncleanTruncation(tp, high_watermarks.get(tp, 0), outcome.truncated_to,
+                                                          mirror))
             if answers[tp].error in LEADER_METADATA_BEHIND:
                 # The leader has not applied the metadata we have (a new topic, or the
                 # election that made it leader): it will within milliseconds, so try
@@ -189,7 +196,6 @@ class FetcherManager:
                 # the backoff covers a leader that moved on without telling us.
                 follower.status = FetchStatus.DELAYED
                 follower.delayed_until_ms = now_ms + follower.fetch_backoff_ms
-            partition = partitions.get(tp)
             if (
                 outcome.appended_bytes and partition is not None
                 and self.config.log_flush_policy == FlushPolicy.ALWAYS

@@ -49,7 +49,7 @@ class IsrChanges:
         for p in proposals:
             topics.setdefault(p.tp.topic, []).append(ib.AlterPartitionPartition(
                 p.tp.partition, p.leader_epoch, list(p.new_isr), p.partition_epoch,
-                _with_epochs(p, broker_id=broker_id, broker_epoch=broker_epoch),
+                _with_epochs(p, broker_id=broker_id, broker_epoch=broker_epoch), p.bump_leader_epoch,
             ))
         return ib.AlterPartitionRequest(
             broker_id, broker_epoch, [ib.AlterPartitionTopic(name, parts) for name, parts in topics.items()])

@@ -13,7 +13,9 @@ flush.ms, checkpoints, ISR shrink checks, the group coordinators' timers, log
 cleaning) and returns when it wants to be called next.
 
 Consumer group requests go to ``GroupService`` (``mq.broker.groups``): the group
-coordinator shards of the ``__consumer_offsets`` partitions this broker leads.
+coordinator shards of the ``__consumer_offsets`` partitions this broker leads. The
+mirror topic APIs (MirrorAppend, MirrorTruncate) go to ``MirrorRequests``
+(``mq.broker.mirror``), which parks its waits in the same purgatories as Produce.
 
 The control plane (``mq.broker.control.ControlPlane``: Raft, the metadata log, the
 controller, registration) hands over committed metadata as (before, after) image
@@ -34,6 +36,7 @@ from mq.broker.groups import GroupService
 from mq.broker.isr import IsrChanges
 from mq.broker.log_cleaner import LogCleanerManager
 from mq.broker.meta import MetaProperties
+from mq.broker.mirror import DelayedMirrorAppend, MirrorRequests
 from mq.broker.offsets import (
     handle_delete_records,
     handle_list_offsets,
@@ -51,7 +54,12 @@ from mq.core.types import FlushPolicy, TopicPartition
 from mq.metadata.image import MetadataImage
 from mq.protocol.codec import RequestHeader
 from mq.protocol.messages import ApiKey, FetchRequest, ProduceRequest, Request, Response
-from mq.replication import FollowerFetchResult, ProducePurgatory
+from mq.replication import (
+    AlterPartitionRequest,
+    FollowerFetchResult,
+    ProduceCompletion,
+    ProducePurgatory,
+)
 from mq.storage import LogCorruptedError
 from mq.storage.fileio import FileIO
 
@@ -99,7 +107,7 @@ class BrokerNode:
         self._isr = IsrChanges()
         self._local_alter_ops: dict[int, int] = {}  # control op id -> our AlterPartition tag
         self._moved: dict[TopicPartition, None] = {}  # high watermark or ISR moved: re-check waiters
-        self._delayed_produces: dict[int, DelayedProduce] = {}
+        self._delayed_produces: dict[int, DelayedProduce | DelayedMirrorAppend] = {}
         self._dirty: dict[TopicPartition, Partition] = {}
         self._completions: list[tuple[int, Response]] = []
         self._unclean_truncations: list[UncleanTruncation] = []
@@ -115,6 +123,8 @@ class BrokerNode:
         self.log_cleaner = LogCleanerManager(config)
         self.groups = GroupService(self, rng=rng.fork("groups"), new_op_id=self._new_op_id,
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
+        self.mirror = MirrorRequests(self, new_op_id=self._new_op_id,
+                                     complete=lambda op_id, response: self._completions.append((op_id, response)))
         self._handlers: dict[ApiKey, Callable[[Request, int], Response | Pending | None]] = {
             ApiKey.API_VERSIONS: lambda r, now: admin.handle_api_versions(),
             ApiKey.METADATA: lambda r, now: admin.handle_metadata(self, r),  # type: ignore[arg-type]
@@ -124,6 +134,8 @@ class BrokerNode:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: lambda r, now: handle_offsets_for_leader_epoch(self, r),  # type: ignore[arg-type]
             ApiKey.PRODUCE: self._produce,  # type: ignore[dict-item]
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
+            ApiKey.MIRROR_APPEND: self.mirror.append,  # type: ignore[dict-item]
+            ApiKey.MIRROR_TRUNCATE: self.mirror.truncate,  # type: ignore[dict-item]
         }
 
     # ------------------------------------------------------------ life cycle
@@ -257,6 +269,24 @@ class BrokerNode:
         self._delayed_produces[op.op_id] = op
         return Pending(op.op_id, None)
 
+    def park_acks_all(self, op_id: int, tp: TopicPartition, end_offset: int, *, deadline_ms: int,
+                      finish: Callable[[ProduceCompletion], Response]) -> None:
+        """An acks=all wait answered by ``finish`` (MirrorAppend)."""
+        self._acks_all.add_finisher(op_id, finish)
+        self.await_high_watermark(op_id, tp, end_offset, deadline_ms=deadline_ms)
+
+    def park_until_flushed(self, op: DelayedMirrorAppend) -> None:
+        """An answer held until the group commit's fsync covers it."""
+        self._delayed_produces[op.op_id] = op
+
+    def propose_isr_change(self, proposal: AlterPartitionRequest) -> None:
+        self._isr.propose(proposal)
+
+    def partition_moved(self, tp: TopicPartition) -> None:
+        """The high watermark, the log or the leader state of ``tp`` changed: re-check
+        what waits on it."""
+        self._moved[tp] = None
+
     def await_high_watermark(self, op_id: int, tp: TopicPartition, end_offset: int, *, deadline_ms: int) -> None:
         """Park ``op_id`` in the produce purgatory until the high watermark of ``tp`` (led
         here) reaches ``end_offset`` (the acks=all wait; the group coordinator's writes)."""
@@ -280,7 +310,7 @@ class BrokerNode:
         op = self.purgatory.remove(op_id)
         if op is not None:
             self._completions.append((op_id, read_fetch(self, op.request, now_ms=now_ms).response))
-        elif op_id not in self._acks_all.responses:
+        elif op_id not in self._acks_all and not self.mirror.expire(op_id, now_ms=now_ms):
             self.control.expire(op_id, now_ms=now_ms)
         self._after(now_ms)
 
@@ -288,7 +318,8 @@ class BrokerNode:
         """The client went away; drop the operation without answering."""
         self.purgatory.remove(op_id)
         self._delayed_produces.pop(op_id, None)
-        self._acks_all.responses.pop(op_id, None)
+        self._acks_all.discard(op_id)
+        self.mirror.cancel(op_id)
         self.control.cancel(op_id)
 
     # ------------------------------------------------------------ the network
@@ -317,7 +348,8 @@ class BrokerNode:
         if fetchers.owns(tag):
             fetchers.on_response(tag, response, now_ms=now_ms, partitions=self.partitions)
             for cut in fetchers.take_truncations():
-                self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
+                if not cut.mirror_topic:
+                    self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
                 self._unclean_truncations.append(cut)
         elif self._isr.owns(tag):
             for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
@@ -343,6 +375,8 @@ class BrokerNode:
             self._moved[partition.tp] = None
         if decision.alter_partition is not None:
             self._isr.propose(decision.alter_partition)
+        if self.mirror.truncations_waiting:
+            self.mirror.on_partition_update(partition.tp)
 
     def log_start_moved(self, partition: Partition) -> None:
         partition.log_start_moved()
@@ -394,6 +428,8 @@ class BrokerNode:
             self._wake_fetches(tp)
             partition = self.partitions.get(tp)
             state = None if partition is None else partition.leader
+            if self.mirror.truncations_waiting:
+                self.mirror.on_partition_update(tp)
             if state is not None:
                 self.produce_purgatory.on_partition_update(
                     tp, high_watermark=state.high_watermark, isr_size=len(state.isr),
@@ -456,6 +492,7 @@ class BrokerNode:
                 f"at offset {offset} and fetches the rest from the leader"))
         for tp in result.leadership_lost:
             self.produce_purgatory.on_leadership_lost(tp)
+            self.mirror.on_leadership_lost(tp)
             self._isr.forget(tp)
         for tp in result.removed:
             self._dirty.pop(tp, None)

@@ -1,5 +1,8 @@
 """Produce: append opaque batches to partition logs.
 
+A mirror topic (``mirror.source.region`` set) is read-only for producers: the answer is
+``MIRROR_TOPIC_READ_ONLY`` naming the region that writes it (``mq.broker.mirror``).
+
 The broker never parses records here: the log checks each batch's header and CRC and
 rewrites its base offset in place (unless the topic asks for recompression). Only the
 partition's leader appends (others answer NOT_LEADER naming the leader they know),
@@ -14,6 +17,7 @@ the ``mq.replication.ProducePurgatory`` until the high watermark passes the batc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -28,6 +32,7 @@ from mq.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
     ProduceTopicResponse,
+    Response,
 )
 from mq.replication import ProduceCompletion
 
@@ -115,6 +120,9 @@ def _append(
         return ProducePartitionResponse(tp.partition, code, error_message=message), None
     partition, state = found, found.leader
     config = partition.config
+    refused = refuse_writes(tp, config.mirror_source_region, truncating=state.truncating)
+    if refused is not None:
+        return ProducePartitionResponse(tp.partition, refused[0], error_message=refused[1]), None
     if acks == -1 and state.check_produce(acks) != ErrorCode.NONE:
         return ProducePartitionResponse(
             tp.partition, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -138,6 +146,23 @@ def _append(
     ), partition
 
 
+def refuse_writes(tp: TopicPartition, mirror_source_region: str, *, truncating: bool) -> tuple[ErrorCode, str] | None:
+    """Produce to a mirror topic is refused, naming the region that writes it; while a
+    MirrorTruncate starts a new leader epoch nothing is appended (retriable)."""
+    if mirror_source_region:
+        return ErrorCode.MIRROR_TOPIC_READ_ONLY, (
+            f"topic {tp.topic} is a mirror of region {mirror_source_region}: produce in "
+            f"{mirror_source_region}, or promote it (mq mirror failover)")
+    if truncating:
+        return truncating_refusal(tp)
+    return None
+
+
+def truncating_refusal(tp: TopicPartition) -> tuple[ErrorCode, str]:
+    return ErrorCode.NOT_LEADER, (f"{tp} was cut by a MirrorTruncate and waits for its new leader epoch; "
+                                  "retry in a moment")
+
+
 _ACKS_ALL_MESSAGES = {
     ErrorCode.REQUEST_TIMED_OUT: "the in-sync replicas did not all acknowledge within timeout_ms",
     ErrorCode.NOT_LEADER: "leadership moved before the in-sync replicas acknowledged; the record may or may not be kept",
@@ -146,30 +171,47 @@ _ACKS_ALL_MESSAGES = {
 
 
 class AcksAllWaits:
-    """The responses of acks=all requests parked in the produce purgatory, by op id."""
+    """The answers of acks=all requests parked in the produce purgatory, by op id: a
+    Produce's response (each partition gets its final error) or, for other requests
+    waiting on the high watermark (MirrorAppend), a function building the answer."""
 
     def __init__(self) -> None:
-        self.responses: dict[int, ProduceResponse] = {}
+        self._finish: dict[int, Callable[[ProduceCompletion], Response]] = {}
 
     def __len__(self) -> int:
-        return len(self.responses)
+        return len(self._finish)
+
+    def __contains__(self, op_id: int) -> bool:
+        return op_id in self._finish
 
     def add(self, op_id: int, response: ProduceResponse) -> None:
-        self.responses[op_id] = response
+        self._finish[op_id] = lambda completion: _complete(response, completion)
 
-    def complete(self, completion: ProduceCompletion) -> ProduceResponse | None:
-        """The response with each partition's final error (None: cancelled meanwhile)."""
-        response = self.responses.pop(completion.request_id, None)
-        if response is None:
-            return None
-        topics = []
-        for topic in response.topics:
-            parts = []
-            for part in topic.partitions:
-                code = completion.errors.get(TopicPartition(topic.name, part.partition), ErrorCode.NONE)
-                if part.error_code != ErrorCode.NONE or code == ErrorCode.NONE:
-                    parts.append(part)
-                else:
-                    parts.append(replace(part, error_code=code, error_message=_ACKS_ALL_MESSAGES.get(code, "")))
-            topics.append(replace(topic, partitions=parts))
-        return replace(response, topics=topics)
+    def add_finisher(self, op_id: int, finish: Callable[[ProduceCompletion], Response]) -> None:
+        self._finish[op_id] = finish
+
+    def discard(self, op_id: int) -> None:
+        self._finish.pop(op_id, None)
+
+    def complete(self, completion: ProduceCompletion) -> Response | None:
+        """The answer with each partition's final error (None: cancelled meanwhile)."""
+        finish = self._finish.pop(completion.request_id, None)
+        return None if finish is None else finish(completion)
+
+
+def acks_all_message(code: ErrorCode) -> str:
+    return _ACKS_ALL_MESSAGES.get(code, "")
+
+
+def _complete(response: ProduceResponse, completion: ProduceCompletion) -> ProduceResponse:
+    topics = []
+    for topic in response.topics:
+        parts = []
+        for part in topic.partitions:
+            code = completion.errors.get(TopicPartition(topic.name, part.partition), ErrorCode.NONE)
+            if part.error_code != ErrorCode.NONE or code == ErrorCode.NONE:
+                parts.append(part)
+            else:
+                parts.append(replace(part, error_code=code, error_message=acks_all_message(code)))
+        topics.append(replace(topic, partitions=parts))
+    return replace(response, topics=topics)

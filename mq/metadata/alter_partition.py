@@ -11,7 +11,10 @@ The checks run in Kafka's order (``ReplicationControlManager.alterPartition``):
    the leader → ``INVALID_REQUEST``; a member that is not a replica, is fenced,
    unregistered, shutting down, or carries a stale broker epoch (KIP-903) →
    ``INELIGIBLE_REPLICA``;
-3. else one PartitionChangeRecord: same leader and leader epoch, ``partition_epoch + 1``.
+3. else one PartitionChangeRecord: same leader and leader epoch, ``partition_epoch + 1``;
+   with ``bump_leader_epoch`` (mq's own, for MirrorTruncate) the leader epoch goes up by
+   one too, even when the ISR is unchanged: the leader cut its log and the new epoch,
+   starting at the cut, makes the followers truncate there by leader epoch.
 
 The answer for an accepted partition is its new state (or the current one when the ISR
 did not change, with no record).
@@ -59,11 +62,12 @@ def alter_partition(
                 results.append(AlterPartitionPartitionResult(data.partition_index, error))
                 continue
             new_isr = tuple(s.broker_id for s in _states(data))
-            if new_isr != part.isr:
+            if new_isr != part.isr or data.bump_leader_epoch:
+                leader_epoch = part.leader_epoch + 1 if data.bump_leader_epoch else part.leader_epoch
                 record = PartitionChangeRecord(topic.name, data.partition_index, part.leader,
-                                               part.leader_epoch, new_isr, part.partition_epoch + 1)
+                                               leader_epoch, new_isr, part.partition_epoch + 1)
                 records.append(record)
-                part = PartitionImage(part.replicas, part.leader, part.leader_epoch, new_isr,
+                part = PartitionImage(part.replicas, part.leader, leader_epoch, new_isr,
                                       record.partition_epoch)
                 changed[key] = part
             results.append(AlterPartitionPartitionResult(

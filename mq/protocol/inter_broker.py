@@ -76,6 +76,7 @@ class AlterPartitionPartition:
     new_isr: list[int]
     partition_epoch: int  # the state the proposal is based on; a stale one is refused
     new_isr_with_epochs: list[BrokerState] = field(default_factory=list)
+    bump_leader_epoch: bool = False  # mq: a new leader epoch, same leader (MirrorTruncate cut the log)
 
 
 @dataclass(frozen=True, slots=True)

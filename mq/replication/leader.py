@@ -10,7 +10,9 @@ Kafka's ``Partition`` (leader half) without the log and the network. The broker 
   (a diverging epoch answer instead of data, KIP-320), records the follower's
   progress, moves the high watermark and may propose adding the follower to the ISR;
 - ``maybe_shrink_isr(now_ms)`` periodically (every ``replica.lag.time.max.ms / 2``);
-- ``on_alter_partition_error()`` when the controller refuses a proposal.
+- ``on_alter_partition_error()`` when the controller refuses a proposal;
+- ``begin_truncation(new_end)`` after cutting the log of a mirror topic
+  (MirrorTruncate), ``on_log_start_moved(start)`` after restarting it higher.
 
 Under flush policy ``always`` the broker passes ``flushed_offset`` and reports each
 fsync with ``on_local_flush``: the leader's own copy then counts only once durable
@@ -19,10 +21,22 @@ fsync with ``on_local_flush``: the leader's own copy then counts only once durab
 The high watermark is the smallest log end offset of the *maximal* ISR (the
 committed ISR plus a pending expansion, or before a pending shrink): a proposal is
 not in force until the controller commits it, so it must not let the high watermark
-run ahead of a replica it might still need. It never goes back. A follower counts
+run ahead of a replica it might still need. It never goes back, but for a deliberate
+cut (``begin_truncation``). A follower counts
 only after fetching in the current leader epoch with a matching last fetched epoch
 (its progress is reset on every new epoch), so the high watermark only covers
 offsets the ISR holds exactly as the leader does.
+
+A cut of the leader's log (MirrorTruncate) must reach every replica. Followers find
+where their log diverges by leader epoch, so the cut needs a new epoch starting at it:
+without one, a follower still holding the cut records in epoch E would fetch on top of
+them once the leader had appended past them in the same epoch E (a silent divergence),
+and the leader would count its stale progress towards the high watermark. So
+``begin_truncation`` lowers the high watermark to the cut, fences appends and proposes
+an AlterPartition with ``bump_leader_epoch``; when the controller's new epoch arrives
+(``apply``) the epoch cache starts it at the cut, follower progress is forgotten, and
+each follower's next fetch (last fetched epoch E, past the cut) is answered with the
+diverging epoch (E, cut) instead of data, so it truncates there (KIP-101/279).
 """
 
 from __future__ import annotations
@@ -115,6 +129,7 @@ class PartitionState:
         self._high_watermark = min(high_watermark, log.log_end_offset)
         self._pending: AlterPartitionRequest | None = None
         self._followers: dict[int, ReplicaState] = {}
+        self._truncating = False  # the log was cut; appends wait for the new leader epoch
         # Flush policy ``always``: the leader's own copy counts only once fsynced
         # (``on_local_flush``); None (``replicated``) counts the log end at once.
         self._flushed_offset = flushed_offset
@@ -132,6 +147,7 @@ class PartitionState:
         for replica_id, follower in self._followers.items():
             follower.reset(now_ms=now_ms, in_isr=replica_id in self._state.isr)
         self._pending = None
+        self._truncating = False
 
     # ---- state
 
@@ -177,6 +193,21 @@ class PartitionState:
     def follower(self, replica_id: int) -> ReplicaState:
         return self._followers[replica_id]
 
+    @property
+    def truncating(self) -> bool:
+        """The log was cut and the new leader epoch is not in force yet: no appends."""
+        return self._truncating
+
+    @property
+    def isr_fetched_in_epoch(self) -> bool:
+        """Every other ISR member fetched in this leader epoch without diverging, so its
+        log is a prefix of ours (progress is only recorded for such fetches)."""
+        return all(
+            r == self.local_id
+            or (r in self._followers and self._followers[r].log_end_offset != UNKNOWN_OFFSET)
+            for r in self._state.isr
+        )
+
     # ---- metadata
 
     def apply(self, state: LeaderAndIsr, *, now_ms: int) -> bool:
@@ -214,6 +245,34 @@ class PartitionState:
 
     def update_config(self, *, min_insync_replicas: int) -> None:
         self.min_insync_replicas = min_insync_replicas
+
+    # ---- mirror topics: a deliberate cut, a restart higher up
+
+    def begin_truncation(self, new_end: int) -> AlterPartitionRequest | None:
+        """The log was cut to ``new_end`` (MirrorTruncate; the epoch cache already
+        truncated): lower the high watermark there, fence appends, and propose the new
+        leader epoch (None: a proposal is in flight; the next fetch or shrink check
+        proposes it). See the module docstring."""
+        self._high_watermark = min(self._high_watermark, new_end)
+        if self._flushed_offset is not None:
+            self._flushed_offset = min(self._flushed_offset, new_end)
+        self._truncating = True
+        return self._maybe_bump_epoch()
+
+    def _maybe_bump_epoch(self) -> AlterPartitionRequest | None:
+        if not self._truncating or self._pending is not None:
+            return None
+        return self._propose(self._state.isr, bump_leader_epoch=True)
+
+    def on_log_start_moved(self, log_start_offset: int) -> bool:
+        """The log restarted empty at ``log_start_offset`` above its old end (a mirror
+        whose source lost records to retention): nothing below it exists, so the high
+        watermark moves up to it (Kafka keeps it within [log start, log end] too).
+        Returns whether it moved."""
+        if log_start_offset > self._high_watermark:
+            self._high_watermark = log_start_offset
+            return True
+        return False
 
     # ---- produce
 
@@ -269,7 +328,7 @@ class PartitionState:
             return FollowerFetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw)
         follower.on_fetch(fetch_offset, leader_log_end_offset=leader_end, now_ms=now_ms)
         follower.broker_epoch = broker_epoch
-        alter = self._maybe_expand_isr(follower)
+        alter = self._maybe_bump_epoch() or self._maybe_expand_isr(follower)
         moved = self._maybe_increment_high_watermark()
         return FollowerFetchResult(
             ErrorCode.NONE, self._high_watermark, high_watermark_changed=moved, alter_partition=alter,
@@ -308,8 +367,8 @@ class PartitionState:
         """Propose dropping ISR members that have not caught up within
         ``replica.lag.time.max.ms`` (stuck or dead followers would otherwise hold the
         high watermark, and every acks=all produce, forever)."""
-        if self._pending is not None:
-            return None
+        if self._pending is not None or self._truncating:
+            return self._maybe_bump_epoch()
         leader_end = self.log.log_end_offset
         lagging = [
             r for r in self._state.isr
@@ -322,12 +381,12 @@ class PartitionState:
             return None
         return self._propose(tuple(r for r in self._state.isr if r not in lagging))
 
-    def _propose(self, new_isr: tuple[int, ...]) -> AlterPartitionRequest:
+    def _propose(self, new_isr: tuple[int, ...], *, bump_leader_epoch: bool = False) -> AlterPartitionRequest:
         epochs = tuple(
             (r, self._followers[r].broker_epoch) for r in new_isr if r in self._followers
         )
         self._pending = AlterPartitionRequest(
             self.tp, self.local_id, self._state.leader_epoch, self._state.partition_epoch,
-            new_isr, epochs,
+            new_isr, epochs, bump_leader_epoch,
         )
         return self._pending

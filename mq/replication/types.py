@@ -46,7 +46,9 @@ class AlterPartitionRequest:
     applies it only when ``leader_epoch`` and ``partition_epoch`` match its own: a
     deposed leader or a proposal built on a stale ISR is rejected. ``broker_epochs``
     pairs each proposed member with the broker epoch it fetched with (KIP-903), so a
-    restarted broker's old incarnation cannot be added."""
+    restarted broker's old incarnation cannot be added. ``bump_leader_epoch`` asks for a
+    new leader epoch with the same leader: the leader cut its log (MirrorTruncate), and
+    the new epoch, starting at the cut, makes every follower truncate there too."""
 
     tp: TopicPartition
     leader: int
@@ -54,6 +56,7 @@ class AlterPartitionRequest:
     partition_epoch: int
     new_isr: tuple[int, ...]
     broker_epochs: tuple[tuple[int, int], ...] = ()
+    bump_leader_epoch: bool = False  # start a new epoch, same leader (a MirrorTruncate cut the log)
 
 
 @dataclass(frozen=True, slots=True)

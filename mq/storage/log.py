@@ -1,6 +1,7 @@
 """A partition's log: an ordered list of segments, the last one active.
 
-Offsets are assigned here (``append_as_leader``) or kept (``append_as_follower``);
+Offsets are assigned here (``append_as_leader``) or kept (``append_as_follower``,
+``append_as_mirror``);
 reads return whole batches as stored bytes; retention and DeleteRecords remove whole
 segments from the front; ``truncate_to`` cuts the end (replication). Durability is
 the caller's policy: ``flush`` fsyncs and advances the recovery point, and
@@ -41,6 +42,7 @@ from mq.storage.validator import (
     ValidatedRecords,
     validate_as_follower,
     validate_as_leader,
+    validate_as_mirror,
 )
 
 __all__ = ["FetchDataInfo", "Log", "LogAppendInfo"]
@@ -203,6 +205,17 @@ class Log:
     @_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> LogAppendInfo:
         validated = validate_as_follower(records, log_end_offset=self.log_end_offset)
+        self._append(validated, now_ms)
+        return validated.info
+
+    @_storage_errors
+    def append_as_mirror(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        """A mirror topic's leader: the source region's batches at their own offsets,
+        which must continue this log exactly; only the leader epoch is stamped."""
+        validated = validate_as_mirror(records, log_end_offset=self.log_end_offset, leader_epoch=leader_epoch,
+                                       max_message_bytes=self._config.max_message_bytes)
         self._append(validated, now_ms)
         return validated.info
 

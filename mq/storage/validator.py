@@ -6,6 +6,10 @@ LogAppendTime the max timestamp) in one copy of the request bytes. Everything is
 checked before anything is written: a bad batch in a request appends nothing.
 The work is per batch, never per record: records stay opaque bytes. (A topic's
 ``compression.type`` is applied before this, by ``mq.broker.recompress``.)
+
+A mirror topic's leader (``validate_as_mirror``) keeps the source region's offsets,
+timestamps and bytes: the batches must continue the log exactly, and only the
+partition leader epoch, outside the CRC, is stamped.
 """
 
 from __future__ import annotations
@@ -144,3 +148,33 @@ def validate_as_follower(
         size_bytes=len(records),
     )
     return ValidatedRecords(records, batches, info)
+
+
+def validate_as_mirror(
+    records: bytes | bytearray | memoryview, *, log_end_offset: int, leader_epoch: int, max_message_bytes: int,
+) -> ValidatedRecords:
+    """Check structure, CRCs and sizes; the first batch must start at ``log_end_offset``
+    and each next one where the previous ended. Keeps offsets, timestamps and
+    attributes; stamps ``leader_epoch`` in a copy (outside the CRC)."""
+    headers = _headers(records)
+    data = bytearray(records)
+    batches = []
+    expected, max_timestamp, count = log_end_offset, NO_TIMESTAMP, 0
+    for pos, header in headers:
+        if header.size > max_message_bytes:
+            raise MqError(ErrorCode.RECORD_TOO_LARGE,
+                          f"batch of {header.size} bytes at offset {header.base_offset} exceeds "
+                          f"max.message.bytes={max_message_bytes} of the mirror topic")
+        if header.base_offset != expected:
+            raise MqError(ErrorCode.INVALID_RECORD,
+                          f"batch at byte {pos} starts at offset {header.base_offset}, expected {expected}")
+        set_partition_leader_epoch(data, pos, leader_epoch)
+        batches.append((pos, header.size, header.last_offset, header.max_timestamp))
+        max_timestamp = max(max_timestamp, header.max_timestamp)
+        count += header.record_count
+        expected = header.next_offset
+    info = LogAppendInfo(
+        first_offset=log_end_offset, last_offset=expected - 1, max_timestamp=max_timestamp,
+        log_append_time_ms=NO_TIMESTAMP, record_count=count, size_bytes=len(data),
+    )
+    return ValidatedRecords(data, batches, info)

@@ -3,7 +3,7 @@
 
 ``StaticControl`` replaces the Raft/controller side: the test publishes metadata
 images (``Cluster.publish``) and the harness plays the active controller for
-AlterPartition (node id ``CONTROLLER``). ``Cluster.step`` delivers every node's
+AlterPartition (node id ``CONTROLLER``), a ``bump_leader_epoch`` included. ``Cluster.step`` delivers every node's
 outbound requests to the destination node's ``handle`` and the answers back to
 ``on_response``, long-polls included (expired when the simulated time passes).
 """
@@ -207,9 +207,9 @@ class Cluster:
                     code = ErrorCode.INVALID_UPDATE_VERSION
                 else:
                     code = ErrorCode.NONE
+                    epoch = current.leader_epoch + 1 if part.bump_leader_epoch else current.leader_epoch
                     self.publish([PartitionRecord(tp.topic, tp.partition, current.replicas, current.leader,
-                                                  current.leader_epoch, tuple(part.new_isr),
-                                                  current.partition_epoch + 1)])
+                                                  epoch, tuple(part.new_isr), current.partition_epoch + 1)])
                     current = self.image.partition(tp)
                     assert current is not None
                 results.append(ib.AlterPartitionPartitionResult(

@@ -132,3 +132,20 @@ def test_isr_shrink_then_leader_fenced_keeps_isr_nonempty() -> None:
     h.advance(SESSION_MS + 2000, heartbeating=others)
     part = h.partition("t", 0)
     assert part.isr == (leader,) and part.leader == -1
+
+
+def test_bump_leader_epoch_starts_a_new_epoch_with_the_same_leader_and_isr() -> None:
+    """mq's MirrorTruncate: the leader cut its log and needs a new epoch starting there."""
+    h, leader, replicas = three_brokers()
+    part = h.partition("t", 0)
+    request = AlterPartitionRequest(leader, h.epochs[leader], [AlterPartitionTopic("t", [
+        AlterPartitionPartition(0, part.leader_epoch, list(replicas), part.partition_epoch,
+                                bump_leader_epoch=True)])])
+    result = h.controller.alter_partition(request, now_ms=0)
+    assert result.records == [PartitionChangeRecord("t", 0, leader, 1, replicas, 1)]
+    answer = result_of(result.response)
+    assert (answer.leader_id, answer.leader_epoch, answer.isr, answer.partition_epoch) == (leader, 1, list(replicas), 1)
+    # a zombie asking with the old epoch is fenced like any AlterPartition
+    h.controller.replay(result.records)
+    stale = h.controller.alter_partition(request, now_ms=0)
+    assert stale.records == [] and result_of(stale.response).error_code == ErrorCode.FENCED_LEADER_EPOCH

@@ -237,3 +237,32 @@ def test_flush_policy_always_counts_the_leader_only_once_fsynced() -> None:
     unflushed, _ = leader()
     with pytest.raises(ValueError):
         unflushed.on_local_flush(1)
+
+
+def test_a_deliberate_cut_lowers_the_high_watermark_fences_and_asks_for_a_new_epoch() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 4)
+    fetch(p, 2, 4)
+    assert p.high_watermark == 4
+    log.truncate_to(2)
+    p.epoch_cache.truncate_from_end(log.log_end_offset)
+    proposal = p.begin_truncation(log.log_end_offset)
+    assert p.truncating and p.high_watermark == 2
+    assert proposal is not None and proposal.bump_leader_epoch and proposal.new_isr == (1, 2)
+    # a follower past the cut in the old epoch is told where its epoch ends on the leader
+    assert fetch(p, 2, 4).diverging_epoch == EpochEndOffset(5, 2)
+    # refused (a concurrent ISR change): the next fetch proposes again
+    p.on_alter_partition_error()
+    assert fetch(p, 2, 2).alter_partition.bump_leader_epoch  # type: ignore[union-attr]
+    p.apply(LeaderAndIsr(1, 6, (1, 2), 11, (1, 2, 3)), now_ms=0)
+    assert not p.truncating and p.epoch_cache.start_offset_of(6) == 2
+    assert not p.isr_fetched_in_epoch  # progress of the old epoch is forgotten
+    assert fetch(p, 2, 4, last_fetched_epoch=5).diverging_epoch == EpochEndOffset(5, 2)
+    fetch(p, 2, 2, last_fetched_epoch=5)
+    assert p.isr_fetched_in_epoch
+
+
+def test_a_restart_higher_moves_the_high_watermark_to_the_log_start() -> None:
+    p, _ = leader(isr=(1, 2))
+    assert p.on_log_start_moved(100) and p.high_watermark == 100
+    assert not p.on_log_start_moved(50) and p.high_watermark == 100
