@@ -40,48 +40,59 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run one mirror flow (mq up starts one per flow)")
-    run.add_argument("--cluster", help="cluster.json written by mq up (default .mq/cluster.json)")
-    run.add_argument("--flow", required=True, help="the flow's name, e.g. east->west")
-    run.add_argument("--source-bootstrap", help="source brokers HOST:PORT,... (instead of --cluster)")
-    run.add_argument("--target-bootstrap", help="target brokers HOST:PORT,... (instead of --cluster)")
-    run.add_argument("--source-address-map", default="",
-                     help="ADVERTISED=DIAL,...: reach source brokers through these addresses (link proxies)")
-    run.add_argument("--source-region", default="source", help="the source region's name")
-    run.add_argument("--target-region", default="target", help="the target region's name")
-    run.add_argument("--state-dir", help="status file and pid file directory (default .mq/mirror-FLOW)")
-    run.add_argument("--topics", action="append", help="include pattern (regex, whole name); repeatable")
-    run.add_argument("--exclude", action="append", help="exclude pattern (regex, whole name); repeatable")
-    run.add_argument("--groups", action="append", help="group pattern (regex, whole id); repeatable")
-    run.add_argument("--groups-exclude", action="append", help="group exclude pattern; repeatable")
-    run.add_argument("--refresh-topics-interval-ms", type=int)
-    run.add_argument("--sync-group-offsets-interval-ms", type=int)
-    run.add_argument("--emit-heartbeats-interval-ms", type=int)
-    run.add_argument("--replication-factor", type=int, help="of created mirror topics (default min(3, brokers))")
-    run.add_argument("--metrics-listen", default="127.0.0.1:0", help="HOST:PORT of /metrics (port 0: any free)")
+    run.add_argument("--cluster", metavar="PATH", help="cluster.json written by mq up (default .mq/cluster.json)")
+    run.add_argument("--flow", required=True, metavar="NAME", help="the flow's name in cluster.json, e.g. east-to-west")
+    run.add_argument("--source-bootstrap", metavar="HOST:PORT,...",
+                     help="the source region's brokers (instead of --cluster)")
+    run.add_argument("--target-bootstrap", metavar="HOST:PORT,...",
+                     help="the target region's brokers (instead of --cluster)")
+    run.add_argument("--source-address-map", default="", metavar="ADVERTISED=DIAL,...",
+                     help="reach each source broker through this address (its link proxy listener)")
+    run.add_argument("--source-region", default="source", metavar="NAME", help="the source region's name")
+    run.add_argument("--target-region", default="target", metavar="NAME", help="the target region's name")
+    run.add_argument("--state-dir", metavar="DIR",
+                     help="where status.json and mirror.pid go (default: the flow's dir, or .mq/mirror-NAME)")
+    run.add_argument("--topics", action="append", metavar="REGEX", help="mirror topics matching (whole name)")
+    run.add_argument("--exclude", action="append", metavar="REGEX", help="but not those matching")
+    run.add_argument("--groups", action="append", metavar="REGEX", help="sync offsets of groups matching")
+    run.add_argument("--groups-exclude", action="append", metavar="REGEX", help="but not of those matching")
+    run.add_argument("--refresh-topics-interval-ms", type=int, metavar="MS",
+                     help="how often topics and configs are listed (default 5000)")
+    run.add_argument("--sync-group-offsets-interval-ms", type=int, metavar="MS",
+                     help="how often group offsets are synced (default 5000)")
+    run.add_argument("--emit-heartbeats-interval-ms", type=int, metavar="MS",
+                     help="how often a heartbeat is written to the source (default 1000)")
+    run.add_argument("--replication-factor", type=int, metavar="N",
+                     help="of the mirror topics it creates (default min(3, brokers))")
+    run.add_argument("--metrics-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                     help="where /metrics listens (port 0: any free port, logged at start)")
 
     status = sub.add_parser("status", help="per flow and partition: ends, lag, latency, state")
     _cluster_args(status)
-    status.add_argument("--flow", action="append", help="only this flow (repeatable)")
+    status.add_argument("--flow", action="append", metavar="NAME", help="only this flow (repeatable)")
     status.add_argument("--json", action="store_true", help="the status documents as JSON")
 
     failover = sub.add_parser("failover", help="promote REGION's mirror topics and report records at risk")
     _cluster_args(failover)
     failover.add_argument("--to", required=True, metavar="REGION", help="the region that becomes the writer")
-    failover.add_argument("--group", action="append", default=[], help="also sync this group (repeatable)")
-    failover.add_argument("--topic", action="append", default=[], help="only these topics (repeatable)")
-    failover.add_argument("--json", action="store_true")
+    failover.add_argument("--group", action="append", default=[], metavar="GROUP",
+                          help="also sync this group's offsets, even if the flow's patterns leave it out")
+    failover.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                          help="promote only these mirror topics (default: all of the flow's)")
+    failover.add_argument("--json", action="store_true", help="the report as JSON (the steps go to stderr)")
 
     failback = sub.add_parser("failback", help="make REGION the writer again after a fail-over")
     _cluster_args(failback)
     failback.add_argument("--to", required=True, metavar="REGION", help="the original writer region")
-    failback.add_argument("--catch-up-timeout-s", type=float, default=300.0)
-    failback.add_argument("--json", action="store_true")
+    failback.add_argument("--catch-up-timeout-s", type=float, default=300.0, metavar="S",
+                          help="give up waiting for the reverse flow after this long (run again to go on)")
+    failback.add_argument("--json", action="store_true", help="the summary as JSON (the steps go to stderr)")
     return parser
 
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", help="cluster.json written by mq up (default .mq/cluster.json)")
-    parser.add_argument("--data-dir", help="the data dir holding mirror-<flow>/ (default: cluster.json's)")
+    parser.add_argument("--cluster", metavar="PATH", help="cluster.json written by mq up (default .mq/cluster.json)")
+    parser.add_argument("--data-dir", metavar="DIR", help="the data dir holding mirror-NAME/ (default: cluster.json's)")
 
 
 def _log_setup() -> None:
