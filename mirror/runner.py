@@ -96,11 +96,12 @@ class FlowRunner:
             await cancel_tasks(tasks)
             self.state = "stopped"
             await self._write_status()
-            for client in (self.producer, self.source, self.target, self.fetch_client):
-                try:
+            try:
+                await self.producer.close(timeout_ms=0)  # a heartbeat still queued is not worth waiting for
+                for client in (self.source, self.target, self.fetch_client):
                     await client.close()
-                except MqError:
-                    pass
+            except MqError:
+                pass
             self._remove_pid()
             log.info("mirror flow=%s stopped", self.flow.name)
 
