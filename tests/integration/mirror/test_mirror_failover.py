@@ -149,7 +149,7 @@ def test_failback_saves_the_diverged_tail_and_leaves_both_regions_identical(regi
     try:
         result = run_cli("failback", "--cluster", cluster, "--to", "east", "--catch-up-timeout-s", "60")
         assert result.returncode == 0, result.stdout + result.stderr
-        for step in ("1. east", "2. east", "3. east", "4. reverse flow west->east", "6. west",
+        for step in ("1. east", "2. east", "3. east", "4. reverse flow failback-east->west", "6. west",
                      "7. caught up", "9. east", "10. flow east->west resumed"):
             assert step in result.stdout, f"step {step!r} not printed:\n{result.stdout}"
         for tp in TPS:  # the diverged tail, same offsets and bytes, in orders.diverged
@@ -161,9 +161,14 @@ def test_failback_saves_the_diverged_tail_and_leaves_both_regions_identical(regi
         assert topic_configs(regions.west.bootstrap, "orders")["mirror.source.region"] == "east"
         assert committed(regions.east.bootstrap, "billing") == {tp: 900 for tp in TPS}
         assert not os.path.exists(regions.tmp / "mirror-east->west" / "failover.json")
+        recorded = json.loads((regions.tmp / "cluster.json").read_text())  # where `mq down` looks
+        assert [f["name"] for f in recorded["flows"]] == ["east->west"]  # the reverse flow is gone
+        resumed = recorded["processes"]["mirror/east->west"]["pid"]
+        assert int((regions.tmp / "mirror-east->west" / "mirror.pid").read_text()) == resumed
+        assert not (regions.tmp / "mirror-failback-east->west" / "mirror.pid").exists()
 
         produce(regions.east.bootstrap, "orders", 100, batch=10, prefix="e2")  # east writes again
         wait_for(lambda: caught_up(regions), 30, "the resumed flow to copy east's new records")
     finally:
         kill_pid_file(regions.tmp / "mirror-east->west" / "mirror.pid")
-        kill_pid_file(regions.tmp / "mirror-west->east" / "mirror.pid")
+        kill_pid_file(regions.tmp / "mirror-failback-east->west" / "mirror.pid")
