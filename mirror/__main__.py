@@ -198,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MqError as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
