@@ -173,7 +173,13 @@ def test_a_slow_jittery_link_cut_for_seconds_and_healed_loses_and_duplicates_not
         wan.cut()  # blackhole: a WAN outage; what is in flight is held, not lost
         produce(regions.east.bootstrap, "orders", 5000, batch=250)
         wait_for(lambda: (mirror.status() or {}).get("state") == "stalled", 15, "the flow to say stalled")
-        time.sleep(3)  # the outage lasts a while (the mirror must ride it out, not give up)
+        before = {p["partition"]: p["source_end"] for p in mirror.status()["partitions"] if p["topic"] == "orders"}
+        mirror.kill()  # restarted while the source is unreachable: it still lists every partition
+        mirror.start()
+        doc = wait_for(lambda: (d := mirror.status()) and d.get("pid") == mirror.proc.pid
+                       and d.get("state") == "stalled" and d, 20, "the restarted flow to say stalled")
+        assert "unreachable" in doc["reason"]
+        assert {p["partition"]: p["source_end"] for p in doc["partitions"] if p["topic"] == "orders"} == before
         wan.heal()
         wait_for(lambda: caught_up(regions, tps), 40, "west to catch up after the link healed")
         assert sum(high_watermarks(regions.west.bootstrap, tps).values()) == 10_000
