@@ -9,10 +9,12 @@ fetched again instead of written), and hands the bytes on to the target unchange
 ``split_fetched`` turns one partition's fetched bytes into a ``Chunk``: the run of batches
 that starts exactly at the offset the mirror asked for. A fetch may begin with a batch
 that ends before that offset (the broker answers with the whole batch holding the fetch
-offset); such batches are already mirrored and are skipped. Offsets that do not line up
-are reported, never papered over: a batch that *straddles* the fetch offset (the
-source's batch boundaries moved, e.g. compaction rewrote them) and a batch that starts
-*past* it (a hole in the source log) both come back as ``Misaligned``.
+offset); such batches are already mirrored and are skipped. A batch that starts *past*
+the expected offset is a hole that compaction left in the source log: the chunk keeps it,
+and the append names the offset it was fetched from (``fetch_offset``) so the target
+accepts the same hole. A batch that *straddles* the expected offset (the source's batch
+boundaries moved, e.g. compaction rewrote them) is reported as ``Misaligned``, never
+papered over.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from mq.protocol.record_batch import LOG_OVERHEAD, compute_crc, read_header
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Consecutive whole batches of one partition, ``[base_offset, next_offset)``."""
+    """Whole batches of one partition, fetched from ``base_offset`` up to ``next_offset``
+    (in offset order; a compacted source leaves holes between them)."""
 
     data: bytes
     base_offset: int
@@ -55,9 +58,6 @@ class Misaligned:
 
     @property
     def reason(self) -> str:
-        if self.batch_base_offset > self.expected_offset:
-            return (f"the source log has a hole: expected offset {self.expected_offset}, "
-                    f"next batch starts at {self.batch_base_offset}")
         return (f"a source batch [{self.batch_base_offset}, {self.batch_next_offset}) straddles "
                 f"the mirrored end {self.expected_offset}: batch boundaries differ between the regions")
 
@@ -89,10 +89,12 @@ def split_fetched(data: bytes | memoryview, expected_offset: int) -> Chunk | Mis
         if header.next_offset <= next_offset and start < 0:
             pos += size  # wholly below the expected offset: already mirrored
             continue
-        if header.base_offset != next_offset:
+        if header.base_offset < next_offset:  # straddles: the boundaries moved
             if start >= 0:
-                break  # a hole after some good batches: mirror those first, report it next time
+                break  # mirror the good batches first, report it next time
             return Misaligned(next_offset, header.base_offset, header.next_offset)
+        # base_offset > next_offset is a hole compaction left: the target takes it as is
+        # (MirrorAppend's fetch_offset says the source had nothing in between)
         if start < 0:
             start = pos
             first_ts = header.first_timestamp

@@ -229,7 +229,7 @@ class Copier:
             try:
                 result = await self.target.mirror_append(
                     tp, chunk.data, acks=-1, start_offset=chunk.start_offset,
-                    timeout_ms=self.append_timeout_ms)
+                    fetch_offset=chunk.base_offset, timeout_ms=self.append_timeout_ms)
             except MqError as exc:
                 self.metrics.error("append")
                 pm.on_append_error(exc.code, exc.message, self.clock.monotonic_ms())

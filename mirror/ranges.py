@@ -32,7 +32,7 @@ async def copy_range(source: Admin, source_tp: TopicPartition, target: Admin, ta
             raise MqError(ErrorCode.OFFSET_OUT_OF_RANGE,
                           f"{source_tp}: nothing to read at {offset} (high watermark "
                           f"{raw.high_watermark}), expected records up to {end}")
-        await target.mirror_append(target_tp, found.data, acks=-1,
+        await target.mirror_append(target_tp, found.data, acks=-1, fetch_offset=offset,
                                    start_offset=start if offset == start else -1)
         copied += found.next_offset - offset
         offset = found.next_offset

@@ -42,10 +42,14 @@ def test_split_reports_a_batch_straddling_the_expected_offset() -> None:
     assert isinstance(found, Misaligned) and "straddles" in found.reason
 
 
-def test_split_reports_a_hole_and_keeps_the_batches_before_it() -> None:
-    assert isinstance(split_fetched(batches((4, 2)), 0), Misaligned)
-    chunk = split_fetched(batches((0, 2), (5, 1)), 0)
-    assert chunk is not None and not isinstance(chunk, Misaligned) and chunk.next_offset == 2
+def test_split_keeps_the_holes_of_a_compacted_source() -> None:
+    chunk = split_fetched(batches((4, 2)), 0)  # offsets 0-3 were compacted away
+    assert chunk is not None and not isinstance(chunk, Misaligned)
+    assert (chunk.base_offset, chunk.next_offset, chunk.record_count) == (0, 6, 2)
+    chunk = split_fetched(batches((0, 2), (5, 1), (9, 3)), 0)
+    assert chunk is not None and not isinstance(chunk, Misaligned)
+    assert (chunk.next_offset, chunk.record_count, chunk.batch_count) == (12, 6, 3)
+    assert chunk.data == batches((0, 2), (5, 1), (9, 3))
 
 
 def test_split_refuses_a_batch_with_a_bad_crc() -> None:
