@@ -1,0 +1,234 @@
+"""What must hold between a source region, its mirror and the target region, checked
+after every event of the shared scheduler and once more at the end.
+
+After every event (``MirrorInvariants.check``):
+
+1. **mirrored prefix identical**: every replica of the target, below its own high
+   watermark, holds exactly the source's committed batches at the same offsets: same
+   base and last offsets, same bytes (so same values, keys, headers and timestamps);
+   only the partition leader epoch, outside the CRC, may differ. The target's log
+   starts where the source's does (nothing below it lost). The reference is built from
+   the source's committed batches, as the source replica furthest ahead holds them; each
+   target replica is read only past what was already checked in its current life.
+2. **synced group offsets never past the mirrored end**: every offset of the group that
+   any target broker's coordinator holds is at most the highest high watermark the
+   target partition ever had (what the target really has, committed), and at most the
+   highest offset the source group ever committed (never ahead of the truth).
+
+At the end (``check_final``, after healing and quiescence): the target's high watermark
+equals the source's for every partition; every target replica is byte-identical to the
+source below it; every record the source acknowledged (acks=all) is in the target at its
+offset; the target group's offsets equal the source group's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mirror_model import SourceWorkload
+
+from mq.broker.node import BrokerNode
+from mq.core.types import TopicPartition
+from mq.protocol.batch_format import LEADER_EPOCH_AT, iter_batches
+from mq.sim.region import SimRegion
+from mq.sim.scheduler import InvariantViolation
+from mq.storage import Log
+
+Batch = tuple[int, bytes]  # (next offset, bytes with the partition leader epoch blanked)
+
+
+def read_batches(log: Log, start: int, end: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(base, next, bytes)`` of the batches holding offsets ``[start, end)``, each
+    with its partition leader epoch zeroed (the one field a mirror may change)."""
+    offset = start
+    while offset < end:
+        data = bytes(log.read(offset, max_bytes=1 << 16, max_offset=end).records)
+        if not data:
+            return
+        progressed = False
+        for pos, header in iter_batches(data):
+            if header.next_offset <= offset:
+                continue
+            body = data[pos:pos + header.size]
+            yield header.base_offset, header.next_offset, body[:LEADER_EPOCH_AT] + bytes(4) + body[LEADER_EPOCH_AT + 4:]
+            offset, progressed = header.next_offset, True
+        if not progressed:
+            return
+
+
+def group_offsets(node: BrokerNode, group: str) -> dict[TopicPartition, int]:
+    """The group's committed offsets on every coordinator shard ``node`` has loaded."""
+    out: dict[TopicPartition, int] = {}
+    for index in sorted(node.groups.shards):
+        coordinator = node.groups.coordinator(index)
+        if coordinator is not None and group in coordinator.groups:
+            out.update({tp: v.offset for tp, v in coordinator.groups[group].offsets.items()})
+    return out
+
+
+class MirrorInvariants:
+    def __init__(self, source: SimRegion, target: SimRegion, partitions: list[TopicPartition], *,
+                 group: str, workload: SourceWorkload, synced: bool = True) -> None:
+        """``synced``: the mirror syncs the group (the end requires the offsets to agree)."""
+        self.source, self.target = source, target
+        self.synced = synced
+        self.tps = list(partitions)
+        self.group = group
+        self.workload = workload
+        self.reference: dict[TopicPartition, dict[int, Batch]] = {tp: {} for tp in partitions}
+        self.reference_end = {tp: 0 for tp in partitions}
+        self.target_end = {tp: 0 for tp in partitions}  # the highest target high watermark ever
+        self._checked: dict[tuple[int, int, int], int] = {}  # (target broker, its life, partition)
+        self.checks = 0
+        self.batches_compared = 0
+        source.scheduler.invariants.append(self.check)
+
+    # ------------------------------------------------------------------ after every event
+
+    def check(self) -> None:
+        """Cheap when nothing moved: one high watermark read per replica and partition.
+        The reference grows from whichever source replica is ahead (the source's replicas
+        agreeing with each other is ``RegionInvariants``' business); each target replica
+        is read only past what was checked in its current life."""
+        self.checks += 1
+        for broker in self.source.brokers.values():
+            if broker.node is not None:
+                hosted = broker.node.partitions
+                for tp in self.tps:
+                    partition = hosted.get(tp)
+                    if partition is not None and partition.high_watermark > self.reference_end[tp]:
+                        self._learn(broker.node_id, tp, partition.log, self.reference_end[tp],
+                                    partition.high_watermark)
+        checked = self._checked
+        for node_id, broker in self.target.brokers.items():
+            if broker.node is None:
+                continue
+            hosted = broker.node.partitions
+            for tp in self.tps:
+                partition = hosted.get(tp)
+                if partition is None:
+                    continue
+                hw = partition.high_watermark
+                key = (node_id, broker.incarnation, tp.partition)
+                done = checked.get(key, 0)
+                if hw > done:
+                    checked[key] = hw
+                    self._compare(node_id, tp, partition.log, done, hw)
+                    self.target_end[tp] = max(self.target_end[tp], hw)
+        self._check_group_offsets()
+
+    def _learn(self, node_id: int, tp: TopicPartition, log: Log, start: int, end: int) -> None:
+        reference = self.reference[tp]
+        for base, nxt, body in read_batches(log, start, end):
+            known = reference.get(base)
+            if known is None:
+                if base != self.reference_end[tp]:
+                    raise InvariantViolation(f"source {tp} on broker {node_id}: committed batch [{base}, {nxt}) "
+                                             f"does not continue the committed log at {self.reference_end[tp]}")
+                reference[base] = (nxt, body)
+                self.reference_end[tp] = nxt
+            elif known != (nxt, body):
+                raise InvariantViolation(f"source {tp}: broker {node_id} holds a different committed batch "
+                                         f"at offset {base} than another source replica")
+
+    def _compare(self, node_id: int, tp: TopicPartition, log: Log, start: int, end: int) -> None:
+        where = f"target {tp} on broker {node_id} (high watermark {end})"
+        if log.log_start_offset > start:
+            raise InvariantViolation(f"{where}: its log starts at {log.log_start_offset}: source records "
+                                     f"[{start}, {log.log_start_offset}) were never mirrored (lost)")
+        reference = self.reference[tp]
+        expected = start
+        for base, nxt, body in read_batches(log, start, end):
+            if base > expected:
+                raise InvariantViolation(f"{where}: offsets [{expected}, {base}) are missing")
+            known = reference.get(base)
+            if known is None:
+                raise InvariantViolation(
+                    f"{where}: batch [{base}, {nxt}) is not a committed source batch (source has batches "
+                    f"up to {self.reference_end[tp]}; a duplicate, a reordering or a shifted offset)")
+            if known[0] != nxt:
+                raise InvariantViolation(f"{where}: batch [{base}, {nxt}) has different offsets than the "
+                                         f"source's [{base}, {known[0]})")
+            if known[1] != body:
+                raise InvariantViolation(f"{where}: batch [{base}, {nxt}) differs in its bytes from the source's")
+            self.batches_compared += 1
+            expected = nxt
+        if expected < end:
+            raise InvariantViolation(f"{where}: the log holds records only up to {expected}")
+
+    def _check_group_offsets(self) -> None:
+        sent = self.workload.committed_sent
+        for node_id, broker in self.target.brokers.items():
+            if broker.node is None:
+                continue
+            for shard in broker.node.groups.shards.values():
+                group = shard.coordinator.groups.get(self.group) if shard.loaded else None
+                if group is None:
+                    continue
+                for tp, value in group.offsets.items():
+                    end, offset = self.target_end.get(tp), value.offset
+                    if end is None:
+                        raise InvariantViolation(f"target group {self.group}: offset for unmirrored {tp}")
+                    if offset > end:
+                        raise InvariantViolation(
+                            f"target group {self.group} (coordinator on broker {node_id}): {tp} committed at "
+                            f"{offset}, past the mirrored end {end}: a consumer failing over would skip records")
+                    if offset > sent.get(tp, 0):
+                        raise InvariantViolation(
+                            f"target group {self.group}: {tp} committed at {offset}, ahead of anything the "
+                            f"source group committed ({sent.get(tp, 0)})")
+
+    # ------------------------------------------------------------------ at the end
+
+    def ends(self, region: SimRegion, tp: TopicPartition) -> int | None:
+        leader = region.leader_of(tp)
+        if leader is None or leader not in region.live():
+            return None
+        partition = region.node(leader).partitions.get(tp)
+        return None if partition is None or partition.leader is None else partition.high_watermark
+
+    def group_of(self, region: SimRegion) -> dict[TopicPartition, int]:
+        out: dict[TopicPartition, int] = {}
+        for node_id in region.live():
+            out.update(group_offsets(region.node(node_id), self.group))
+        return out
+
+    def caught_up(self) -> bool:
+        """Target ends equal the source's, on every target replica, and the groups agree."""
+        for tp in self.tps:
+            source_end = self.ends(self.source, tp)
+            if source_end is None or source_end != self.ends(self.target, tp):
+                return False
+            for node_id in self.target.live():
+                partition = self.target.node(node_id).partitions.get(tp)
+                if partition is None or partition.high_watermark != source_end:
+                    return False
+        return not self.synced or self.group_of(self.source) == self.group_of(self.target)
+
+    def check_final(self) -> dict[str, int]:
+        if not self.caught_up():
+            raise InvariantViolation("the mirror did not catch up: " + ", ".join(
+                f"{tp} source {self.ends(self.source, tp)} target {self.ends(self.target, tp)}" for tp in self.tps)
+                + f"; groups source {self.group_of(self.source)} target {self.group_of(self.target)}")
+        records = 0
+        for tp in self.tps:
+            end = self.ends(self.target, tp)
+            assert end is not None
+            records += end
+            if self.reference_end[tp] < end:
+                raise InvariantViolation(f"{tp}: the reference holds {self.reference_end[tp]}, the target {end}")
+            for node_id in self.target.live():
+                partition = self.target.node(node_id).partitions.get(tp)
+                assert partition is not None
+                self._compare(node_id, tp, partition.log, 0, end)
+            leader = self.target.leader_of(tp)
+            assert leader is not None
+            values = dict(self.target.records(leader, tp, below=end))
+            for batch in self.workload.acked:
+                if batch.tp != tp:
+                    continue
+                for i, value in enumerate(batch.values):
+                    if values.get(batch.base_offset + i) != value:
+                        raise InvariantViolation(f"{tp}: acknowledged {value!r} at offset {batch.base_offset + i} "
+                                                 f"is not in the target ({values.get(batch.base_offset + i)!r})")
+        return {"records": records, "checks": self.checks, "batches": self.batches_compared}
