@@ -16,8 +16,13 @@ the same offsets. Per partition:
   every append answer. A restarted mirror resumes there: nothing is lost, duplicated or
   reordered whatever the moment it was killed.
 * **gaps**: a fetch below the source's log start (retention deleted records before they
-  were mirrored) records the exact lost range ``[fetch offset, log start)`` and continues
-  at the log start; the next append asks the target to start there (``start_offset``).
+  were mirrored) continues at the log start; the next append asks the target to start
+  there (``start_offset``). The target can start only at a batch boundary, and the log
+  start may lie inside a batch (DeleteRecords moves it to any offset; Kafka's followers
+  meet the same, KAFKA-6975): then the whole batch holding it is copied and the target
+  starts at its base. The gap, ``[fetch offset, that start)``, is recorded once the first
+  fetch after it shows where the target will start: exactly the offsets the target
+  never gets.
 
 The state is derived, never stored: ``blocked`` (the operator must act: the target is not
 a mirror topic, or the regions diverged), else ``stalled`` (a source or target problem
@@ -32,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from mirror.batches import Chunk, CorruptFetch, Misaligned, join_chunks, split_fetched
+from mirror.batches import Chunk, CorruptFetch, Misaligned, batch_start, join_chunks, split_fetched
 from mirror.latency import LatencyWindow
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
@@ -128,6 +133,7 @@ class PartitionMirror:
         self.append_retry_at_ms = 0
         self.append_sent_ms: int | None = None
         self.pending_start_offset = -1  # the next chunk starts after a gap
+        self.gap_from: int | None = None  # where that gap began (the offset that was out of range)
         self.source_problem: str | None = None
         self.target_problem: str | None = None
         self.blocked_reason: str | None = None
@@ -174,6 +180,7 @@ class PartitionMirror:
         self.append_sent_ms = None
         self.fetching_since_ms = None
         self.pending_start_offset = -1
+        self.gap_from = None
         self.target_problem = None
 
     def needs_reset(self) -> bool:
@@ -202,8 +209,14 @@ class PartitionMirror:
         self.source_log_start = log_start_offset
         self.source_seen_wall_ms = wall_ms
         self.source_problem = None
+        expected = self.fetch_offset
+        if self.pending_start_offset >= 0 and self.gap_from is not None:
+            # Right after a gap: start at the base of the batch holding the log start.
+            base = batch_start(records, expected)
+            if base is not None and self.gap_from <= base < expected:
+                expected = base
         try:
-            found = split_fetched(records, self.fetch_offset)
+            found = split_fetched(records, expected)
         except CorruptFetch as exc:
             self._source_failed(f"corrupt fetch answer, fetching again: {exc}", now_ms)
             return
@@ -213,9 +226,7 @@ class PartitionMirror:
         if found is None:
             return
         if self.pending_start_offset >= 0:
-            found = Chunk(found.data, found.base_offset, found.next_offset, found.record_count,
-                          found.first_timestamp, found.max_timestamps, self.pending_start_offset)
-            self.pending_start_offset = -1
+            found = self._after_gap(found, wall_ms)
         self.buffered.append(found)
         self.buffered_bytes += found.size
         self.fetch_offset = found.next_offset
@@ -241,10 +252,8 @@ class PartitionMirror:
         offset = self.fetch_offset
         assert offset is not None
         if offset < log_start:
-            gap = Gap(self.tp, offset, log_start, wall_ms)
-            self.gaps.append(gap)
-            self.new_gaps.append(gap)
-            self.gap_records += gap.records
+            if self.gap_from is None:  # (the log start may move on again before the next fetch)
+                self.gap_from = offset
             self.fetch_offset = log_start
             self.pending_start_offset = log_start
             self.source_problem = None
@@ -252,6 +261,21 @@ class PartitionMirror:
         self.block(f"the source partition ends at {high_watermark}, below the mirrored offset "
                    f"{offset}: the source lost records the target has (unclean election, or the "
                    f"topic was recreated); the target is not rewritten")
+
+    def _after_gap(self, chunk: Chunk, wall_ms: int) -> Chunk:
+        """The first chunk after a gap: record the gap up to where it starts, and ask the
+        target to start there (unless it starts right at the target's end after all)."""
+        gap_from = self.gap_from if self.gap_from is not None else chunk.base_offset
+        self.pending_start_offset = -1
+        self.gap_from = None
+        if chunk.base_offset <= gap_from:
+            return chunk  # the batch holding the log start began at the mirrored end: nothing lost
+        gap = Gap(self.tp, gap_from, chunk.base_offset, wall_ms)
+        self.gaps.append(gap)
+        self.new_gaps.append(gap)
+        self.gap_records += gap.records
+        return Chunk(chunk.data, chunk.base_offset, chunk.next_offset, chunk.record_count,
+                     chunk.first_timestamp, chunk.max_timestamps, chunk.base_offset)
 
     # ------------------------------------------------------------------ append side
 

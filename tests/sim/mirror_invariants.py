@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 from mirror_model import SourceWorkload
 
+from mirror.partition import Gap
 from mq.broker.node import BrokerNode
 from mq.core.types import TopicPartition
 from mq.protocol.batch_format import LEADER_EPOCH_AT, iter_batches
@@ -78,6 +79,8 @@ class MirrorInvariants:
         self.reference: dict[TopicPartition, dict[int, Batch]] = {tp: {} for tp in partitions}
         self.reference_end = {tp: 0 for tp in partitions}
         self.target_end = {tp: 0 for tp in partitions}  # the highest target high watermark ever
+        self.source_start = {tp: 0 for tp in partitions}  # the highest source log start ever
+        self.held: dict[TopicPartition, list[tuple[int, int]]] = {tp: [] for tp in partitions}  # verified ranges
         self._checked: dict[tuple[int, int, int], int] = {}  # (target broker, its life, partition)
         self.checks = 0
         self.batches_compared = 0
@@ -96,9 +99,12 @@ class MirrorInvariants:
                 hosted = broker.node.partitions
                 for tp in self.tps:
                     partition = hosted.get(tp)
-                    if partition is not None and partition.high_watermark > self.reference_end[tp]:
+                    if partition is None:
+                        continue
+                    if partition.high_watermark > self.reference_end[tp]:
                         self._learn(broker.node_id, tp, partition.log, self.reference_end[tp],
                                     partition.high_watermark)
+                    self.source_start[tp] = max(self.source_start[tp], partition.log_start_offset)
         checked = self._checked
         for node_id, broker in self.target.brokers.items():
             if broker.node is None:
@@ -134,8 +140,12 @@ class MirrorInvariants:
     def _compare(self, node_id: int, tp: TopicPartition, log: Log, start: int, end: int) -> None:
         where = f"target {tp} on broker {node_id} (high watermark {end})"
         if log.log_start_offset > start:
-            raise InvariantViolation(f"{where}: its log starts at {log.log_start_offset}: source records "
-                                     f"[{start}, {log.log_start_offset}) were never mirrored (lost)")
+            if log.log_start_offset > self.source_start[tp]:
+                raise InvariantViolation(
+                    f"{where}: its log starts at {log.log_start_offset}, the source's at {self.source_start[tp]}: "
+                    f"records [{start}, {log.log_start_offset}) are lost")
+            start = log.log_start_offset  # a gap: the source deleted them before they were mirrored
+        self.held[tp].append((start, end))
         reference = self.reference[tp]
         expected = start
         for base, nxt, body in read_batches(log, start, end):
@@ -194,10 +204,15 @@ class MirrorInvariants:
         return out
 
     def caught_up(self) -> bool:
-        """Target ends equal the source's, on every target replica, and the groups agree."""
+        """The source settled (its leader's high watermark is its log end, and not below
+        anything it ever committed: a new leader's may lag for a moment), the target's
+        ends equal it on every replica, and the groups agree."""
         for tp in self.tps:
             source_end = self.ends(self.source, tp)
-            if source_end is None or source_end != self.ends(self.target, tp):
+            if source_end is None or source_end < self.reference_end[tp] or source_end != self.ends(self.target, tp):
+                return False
+            leader = self.source.leader_of(tp)
+            if leader is None or self.source.node(leader).partitions[tp].log.log_end_offset != source_end:
                 return False
             for node_id in self.target.live():
                 partition = self.target.node(node_id).partitions.get(tp)
@@ -205,30 +220,57 @@ class MirrorInvariants:
                     return False
         return not self.synced or self.group_of(self.source) == self.group_of(self.target)
 
-    def check_final(self) -> dict[str, int]:
+    def check_gaps(self, tp: TopicPartition, end: int, gaps: list[Gap]) -> int:
+        """The offsets the target never held are exactly those the mirror reported as
+        gaps (deleted in the source before they were mirrored); returns their count."""
+        held = {o for a, b in self.held[tp] for o in range(a, b)}
+        never = set(range(end)) - held
+        reported = {o for g in gaps if g.tp == tp for o in range(g.from_offset, g.to_offset)}
+        if never != reported:
+            raise InvariantViolation(
+                f"{tp}: the target never held {_spans(never)}, the mirror reported gaps {_spans(reported)}")
+        if reported and max(reported) >= self.source_start[tp]:
+            raise InvariantViolation(f"{tp}: gap {_spans(reported)} reaches the source's log start "
+                                     f"{self.source_start[tp]}: those records were not deleted")
+        return len(never)
+
+    def check_final(self, gaps: list[Gap]) -> dict[str, int]:
         if not self.caught_up():
             raise InvariantViolation("the mirror did not catch up: " + ", ".join(
                 f"{tp} source {self.ends(self.source, tp)} target {self.ends(self.target, tp)}" for tp in self.tps)
                 + f"; groups source {self.group_of(self.source)} target {self.group_of(self.target)}")
-        records = 0
+        records = lost = 0
         for tp in self.tps:
             end = self.ends(self.target, tp)
             assert end is not None
+            lost += self.check_gaps(tp, end, gaps)
             records += end
             if self.reference_end[tp] < end:
                 raise InvariantViolation(f"{tp}: the reference holds {self.reference_end[tp]}, the target {end}")
             for node_id in self.target.live():
                 partition = self.target.node(node_id).partitions.get(tp)
                 assert partition is not None
-                self._compare(node_id, tp, partition.log, 0, end)
+                self._compare(node_id, tp, partition.log, partition.log_start_offset, end)
             leader = self.target.leader_of(tp)
             assert leader is not None
             values = dict(self.target.records(leader, tp, below=end))
+            start = self.source_start[tp]
             for batch in self.workload.acked:
-                if batch.tp != tp:
+                if batch.tp != tp or batch.base_offset < start:
                     continue
                 for i, value in enumerate(batch.values):
                     if values.get(batch.base_offset + i) != value:
                         raise InvariantViolation(f"{tp}: acknowledged {value!r} at offset {batch.base_offset + i} "
                                                  f"is not in the target ({values.get(batch.base_offset + i)!r})")
-        return {"records": records, "checks": self.checks, "batches": self.batches_compared}
+        return {"records": records, "gap_records": lost, "checks": self.checks, "batches": self.batches_compared}
+
+
+def _spans(offsets: set[int]) -> str:
+    """``{1, 2, 3, 7}`` as ``[1, 4) [7, 8)``."""
+    out, ordered = [], sorted(offsets)
+    for i, offset in enumerate(ordered):
+        if i == 0 or ordered[i - 1] != offset - 1:
+            out.append([offset, offset + 1])
+        else:
+            out[-1][1] = offset + 1
+    return " ".join(f"[{a}, {b})" for a, b in out) or "nothing"

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mirror.group_sync import plan_group_sync
-from mirror.partition import PartitionMirror
+from mirror.partition import Gap, PartitionMirror
 from mq.client.internals.metadata import needs_metadata_refresh
 from mq.core.errors import ErrorCode
 from mq.core.rng import Rng
@@ -49,6 +49,7 @@ from mq.sim.region import SimRegion
 MIRROR_ID = 100  # the mirror's node id in both networks
 GROUP_CLIENT_ID = 101  # the source group's committer
 PRODUCER_ID = 102
+ADMIN_ID = 103  # DeleteRecords in the source (a retention gap the mirror must report)
 TICK_MS = 50
 REQUEST_TIMEOUT_MS = 1_500  # the mirror's client-side timeout (plus a request's own wait)
 FETCH_MAX_WAIT_MS = 200
@@ -104,6 +105,7 @@ class SimMirror:
         self.rng = rng
         self.sync_interval_ms = sync_interval_ms
         self.stats = MirrorStats()
+        self.gaps: list[Gap] = []  # every gap any life reported (the real mirror's WARNING lines)
         self.life = 0
         self.alive = False
         self.start()
@@ -174,6 +176,9 @@ class SimMirror:
         self._resolve()
         self._send_fetches(now)
         self._send_appends(now)
+        for pm in self.partitions.values():
+            self.gaps.extend(pm.new_gaps)
+            pm.new_gaps.clear()
         if self.sync_interval_ms is not None and now >= self.next_sync_ms and not self.syncing:
             self.next_sync_ms = now + self.sync_interval_ms
             self._sync_groups()

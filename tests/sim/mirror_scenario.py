@@ -12,7 +12,8 @@ Faults, one at a time, each for a random while, 30% of them with a mirror restar
 in the middle: the link cut both ways, only its answers cut, the target's answers to
 the mirror cut (appends applied, acknowledgements lost), messages dropped or slowed on
 the mirror's links, a mirror restart, a source or target broker crash (its unsynced
-bytes lost) and restart, a source broker isolated from its region. Then everything
+bytes lost) and restart, a source broker isolated from its region, records deleted in
+the source (DeleteRecords, at any offset) before the mirror, cut off, copied them. Then everything
 heals, the producer and the group stop, and the mirror must catch up.
 
 ``MirrorInvariants`` checks after every event; the target region, whose partitions are
@@ -28,11 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mirror_invariants import MirrorInvariants
-from mirror_model import MIRROR_ID, SimMirror, SourceWorkload
+from mirror_model import ADMIN_ID, MIRROR_ID, SimMirror, SourceWorkload
 
+from mirror.partition import PartitionState
 from mq.core.errors import ErrorCode
 from mq.core.rng import Rng
 from mq.core.types import FlushPolicy, TopicPartition
+from mq.protocol import messages as m
 from mq.sim.network import Delay, Drop
 from mq.sim.region import START_MS, SimRegion
 from mq.sim.region_invariants import RegionInvariants
@@ -44,7 +47,7 @@ GROUP = "billing"
 PARTITIONS = 3
 LINK_DELAY = Delay(10, 30)
 FAULTS = ("link_cut", "link_answers_cut", "target_answers_cut", "link_drop", "link_slow", "mirror_restart",
-          "source_crash", "target_crash", "source_isolate", "none")
+          "source_crash", "target_crash", "source_isolate", "source_delete_records", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class MirrorRun:
     duplicate_batches: int  # acknowledged by the target as already there
     append_errors: int
     offset_gap_refusals: int  # MIRROR_OFFSET_GAP answers (a resume point past the target's end)
+    gap_records: int  # deleted in the source before they were mirrored, reported exactly
     events: int
     seconds: float
 
@@ -93,6 +97,7 @@ class MirrorSim:
         self.invariants = MirrorInvariants(self.source, self.target, self.tps, group=GROUP, workload=self.workload,
                                            synced=sync_groups)
         self.faults: list[str] = []
+        self.deletions: list[tuple[TopicPartition, int]] = []  # DeleteRecords sent to the source
 
     def run_for(self, ms: int) -> None:
         self.scheduler.run_for(ms)
@@ -140,10 +145,28 @@ class MirrorSim:
             victim = rng.choice(list(region.ids))
             region.crash(victim)
             return lambda: region.start(victim)
+        if kind == "source_delete_records":
+            for b in source.ids:  # the mirror falls behind while the link is down...
+                source.network.disconnect(MIRROR_ID, b)
+            return self._delete_unmirrored_records
         if kind == "source_isolate":
             source.network.isolate(rng.choice(list(source.ids)), source.ids)
             return source.network.heal
         return lambda: None
+
+    def _delete_unmirrored_records(self) -> None:
+        """...and the source deletes records it has not mirrored yet (DeleteRecords at any
+        offset, often inside a batch), then the link heals: a gap the mirror must report."""
+        tp = self.rng.choice(self.tps)
+        leader = self.source.leader_of(tp)
+        source_end = self.invariants.ends(self.source, tp)
+        target_end = self.invariants.ends(self.target, tp) or 0
+        if leader is not None and source_end is not None and source_end > target_end + 1:
+            offset = self.rng.randint(target_end + 1, source_end)
+            request = m.DeleteRecordsRequest([m.DeleteRecordsTopic(tp.topic, [m.DeleteRecordsPartition(tp.partition, offset)])])
+            self.source.request(leader, request, lambda _: None, source_id=ADMIN_ID)
+            self.deletions.append((tp, offset))
+        self.source.network.heal()
 
     def run_faults(self, duration_ms: int, faults: tuple[str, ...] = FAULTS) -> None:
         rng = self.rng
@@ -171,7 +194,15 @@ class MirrorSim:
                 region.start(node_id)
         self._link_filters()
         self.mirror.start()
-        self.scheduler.run_until(self.invariants.caught_up, until_ms=self.scheduler.now_ms + timeout_ms)
+        self.scheduler.run_until(lambda: self.invariants.caught_up() or bool(self.blocked()),
+                                 until_ms=self.scheduler.now_ms + timeout_ms)
+        if self.blocked():
+            raise InvariantViolation(f"the mirror blocked with every fault healed: {self.blocked()}")
+
+    def blocked(self) -> dict[str, str]:
+        """Partitions the mirror gave up on (only an operator could unblock them)."""
+        return {str(tp): pm.reason for tp, pm in self.mirror.partitions.items()
+                if pm.state == PartitionState.BLOCKED}
 
 
 def mirror_schedule(seed: int, *, duration_ms: int = 3_000, mirror_class: type[SimMirror] = SimMirror,
@@ -180,9 +211,9 @@ def mirror_schedule(seed: int, *, duration_ms: int = 3_000, mirror_class: type[S
     sim = MirrorSim(seed, mirror_class=mirror_class, sync_groups=sync_groups)
     sim.run_faults(duration_ms, faults)
     sim.settle()
-    counts = sim.invariants.check_final()
+    counts = sim.invariants.check_final(sim.mirror.gaps)
     stats = sim.mirror.stats
     return MirrorRun(seed, len(sim.workload.acked), counts["records"], len(sim.faults), stats.restarts,
                      stats.duplicate_batches, sum(stats.append_errors.values()),
-                     stats.append_errors.get("MIRROR_OFFSET_GAP", 0), sim.scheduler.events_run,
+                     stats.append_errors.get("MIRROR_OFFSET_GAP", 0), counts["gap_records"], sim.scheduler.events_run,
                      time.perf_counter() - started)

@@ -122,13 +122,45 @@ def test_a_gap_below_the_source_log_start_is_recorded_exactly_and_mirroring_cont
     _, epoch = pm.fetch_sent(0)
     pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 50_000,
                       high_watermark=900, log_start_offset=700)
-    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
-    assert pm.gap_records == 600 and pm.fetch_offset == 700
+    assert pm.fetch_offset == 700 and not pm.new_gaps  # recorded once the next fetch shows the start
     fetched(pm, batches((700, 5)), hw=900, start=700)
+    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
+    assert pm.gap_records == 600
     chunk = pm.next_append(1)
     assert chunk is not None and chunk.start_offset == 700  # the target starts the partition there
     pm.on_appended(high_watermark=705, duplicates=0, now_ms=2, wall_ms=50_000)
     assert pm.mirrored_end == 705 and pm.status(50_000).gaps == ((100, 700),)
+
+
+def test_a_log_start_inside_a_batch_restarts_the_target_at_that_batch() -> None:
+    """DeleteRecords moved the source's log start into batch [700, 705): the target can
+    only start at a batch boundary, so the whole batch is copied (it used to be taken for
+    a batch straddling the mirrored end, and the partition blocked for good)."""
+    pm = PartitionMirror(TP)
+    pm.reset(100)
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 50_000,
+                      high_watermark=900, log_start_offset=703)
+    _, epoch = pm.fetch_sent(1)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone again", 1, 50_001,
+                      high_watermark=900, log_start_offset=704)  # the start moved on meanwhile
+    fetched(pm, batches((700, 5), (705, 2)), hw=900, start=704)
+    assert pm.state == PartitionState.RUNNING
+    chunk = pm.next_append(2)
+    assert chunk is not None and (chunk.base_offset, chunk.next_offset, chunk.start_offset) == (700, 707, 700)
+    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)] and pm.gap_records == 600
+
+
+def test_a_log_start_inside_the_batch_at_the_mirrored_end_is_no_gap() -> None:
+    pm = PartitionMirror(TP)
+    pm.reset(700)
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=900,
+                      log_start_offset=702)
+    fetched(pm, batches((700, 5)), hw=900, start=702)
+    chunk = pm.next_append(1)
+    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, -1)
+    assert not pm.new_gaps and pm.gap_records == 0
 
 
 def test_a_source_that_ends_below_the_mirrored_end_blocks_the_partition() -> None:
