@@ -87,7 +87,10 @@ class Copier:
                 self._drain_gaps()
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self._idle_timeout_s(now))
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
+                    # arrives as the event is set (cpython gh-86296), and the flow never stops.
+                    async with asyncio.timeout(self._idle_timeout_s(now)):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
         finally:
