@@ -197,6 +197,11 @@ class MirrorInvariants:
         partition = region.node(leader).partitions.get(tp)
         return None if partition is None or partition.leader is None else partition.high_watermark
 
+    def _isr(self, tp: TopicPartition) -> list[int] | None:
+        leader = self.source.leader_of(tp)
+        state = None if leader is None else self.source.node(leader).partitions[tp].leader
+        return None if state is None else sorted(state.isr)
+
     def group_of(self, region: SimRegion) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         for node_id in region.live():
@@ -204,16 +209,18 @@ class MirrorInvariants:
         return out
 
     def caught_up(self) -> bool:
-        """The source settled (its leader's high watermark is its log end, and not below
-        anything it ever committed: a new leader's may lag for a moment), the target's
-        ends equal it on every replica, and the groups agree."""
+        """The source settled (every replica in the ISR; the leader's high watermark is its
+        log end, and not below anything it ever committed: a new leader's may lag for a
+        moment), the target's ends equal it on every replica, and the groups agree."""
         for tp in self.tps:
             source_end = self.ends(self.source, tp)
             if source_end is None or source_end < self.reference_end[tp] or source_end != self.ends(self.target, tp):
                 return False
             leader = self.source.leader_of(tp)
-            if leader is None or self.source.node(leader).partitions[tp].log.log_end_offset != source_end:
-                return False
+            partition = None if leader is None else self.source.node(leader).partitions[tp]
+            if partition is None or partition.log.log_end_offset != source_end or partition.leader is None \
+                    or len(partition.leader.isr) != len(self.source.ids):
+                return False  # (a replica left out of the ISR for good would end the run here)
             for node_id in self.target.live():
                 partition = self.target.node(node_id).partitions.get(tp)
                 if partition is None or partition.high_watermark != source_end:
@@ -236,9 +243,9 @@ class MirrorInvariants:
 
     def check_final(self, gaps: list[Gap]) -> dict[str, int]:
         if not self.caught_up():
-            raise InvariantViolation("the mirror did not catch up: " + ", ".join(
-                f"{tp} source {self.ends(self.source, tp)} target {self.ends(self.target, tp)}" for tp in self.tps)
-                + f"; groups source {self.group_of(self.source)} target {self.group_of(self.target)}")
+            raise InvariantViolation("the regions did not settle or the mirror did not catch up: " + ", ".join(
+                f"{tp} source {self.ends(self.source, tp)} (ISR {self._isr(tp)}) target {self.ends(self.target, tp)}"
+                for tp in self.tps) + f"; groups source {self.group_of(self.source)} target {self.group_of(self.target)}")
         records = lost = 0
         for tp in self.tps:
             end = self.ends(self.target, tp)

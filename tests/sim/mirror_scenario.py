@@ -13,7 +13,8 @@ in the middle: the link cut both ways, only its answers cut, the target's answer
 the mirror cut (appends applied, acknowledgements lost), messages dropped or slowed on
 the mirror's links, a mirror restart, a source or target broker crash (its unsynced
 bytes lost) and restart, a source broker isolated from its region, records deleted in
-the source (DeleteRecords, at any offset) before the mirror, cut off, copied them. Then everything
+the source (DeleteRecords, at any offset) before the mirror, cut off, copied them (half
+of the time with a source broker down meanwhile, so it restarts below the log start). Then everything
 heals, the producer and the group stop, and the mirror must catch up.
 
 ``MirrorInvariants`` checks after every event; the target region, whose partitions are
@@ -148,7 +149,15 @@ class MirrorSim:
         if kind == "source_delete_records":
             for b in source.ids:  # the mirror falls behind while the link is down...
                 source.network.disconnect(MIRROR_ID, b)
-            return self._delete_unmirrored_records
+            down = rng.choice(list(source.ids)) if rng.random() < 0.5 else None
+            if down is not None:  # ...and so does a source broker, some of the time
+                source.crash(down)
+
+            def heal() -> None:
+                self._delete_unmirrored_records()
+                if down is not None:
+                    source.start(down)
+            return heal
         if kind == "source_isolate":
             source.network.isolate(rng.choice(list(source.ids)), source.ids)
             return source.network.heal
@@ -185,7 +194,7 @@ class MirrorSim:
             self.run_for(rng.randint(100, 1200))
             heal()
 
-    def settle(self, timeout_ms: int = 30_000) -> None:
+    def settle(self, timeout_ms: int = 20_000) -> None:
         """Heal everything, stop the traffic, and let the mirror catch up."""
         self.workload.stop()
         for region in (self.source, self.target):

@@ -27,6 +27,7 @@ from mq.broker.partition import Partition
 from mq.core.types import TopicPartition
 from mq.protocol.batch_format import iter_batches
 from mq.protocol.mirror_messages import MirrorAppendRequest
+from mq.replication import FollowerPartition
 from mq.sim import run_seeds, seeds
 from mq.sim.scheduler import InvariantViolation
 
@@ -113,6 +114,16 @@ def test_the_checks_catch_a_mirror_that_blocks_on_a_log_start_inside_a_batch(mon
     caught = _first_caught(8, faults=("source_delete_records",))
     print(f"\ncaught the mirror blocking on a log start inside a batch: {caught}")
     assert caught is not None and "straddles" in caught, caught
+
+
+def test_the_checks_catch_a_follower_that_cannot_restart_inside_a_batch(monkeypatch) -> None:
+    """The broker bug this simulation found (KAFKA-6975, fixed in mq.replication.follower):
+    a source follower that restarts below a log start inside a batch refused that batch
+    and stayed out of the ISR for good."""
+    monkeypatch.setattr(FollowerPartition, "_restart_at_first_batch", lambda self, records, exc, now_ms: False)
+    caught = _first_caught(8, faults=("source_delete_records", "source_crash", "link_slow"))
+    print(f"\ncaught the follower stuck below a log start inside a batch: {caught}")
+    assert caught is not None and "did not settle" in caught, caught
 
 
 class RememberingMirror(SimMirror):
