@@ -12,6 +12,7 @@ which replays it exactly; ``MQ_SIM_ITERATIONS`` scales the seed counts.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import mirror_model
@@ -50,6 +51,12 @@ def test_mirror_keeps_the_prefix_identical_and_synced_offsets_behind_its_end(req
     results = run_seeds(mirror_schedule, seeds(16), test_id=request.node.nodeid)
     _report("mirror random schedule", results)  # type: ignore[arg-type]
     assert all(r.records > 0 for r in results)  # type: ignore[attr-defined]
+
+
+def test_a_seed_replays_exactly() -> None:
+    """The same seed gives the same run, event for event (what makes MQ_SEED a replay)."""
+    first, second = (dataclasses.replace(mirror_schedule(3), seconds=0.0) for _ in range(2))
+    assert first == second and first.events > 1_000
 
 
 @pytest.mark.nightly
