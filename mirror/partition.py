@@ -22,7 +22,8 @@ the same offsets. Per partition:
   meet the same, KAFKA-6975): then the whole batch holding it is copied and the target
   starts at its base. The gap, ``[fetch offset, that start)``, is recorded once the first
   fetch after it shows where the target will start: exactly the offsets the target
-  never gets.
+  never gets. A source with nothing past its log start still moves the target's start
+  (an empty MirrorAppend), so the two ends agree.
 
 The state is derived, never stored: ``blocked`` (the operator must act: the target is not
 a mirror topic, or the regions diverged), else ``stalled`` (a source or target problem
@@ -224,7 +225,11 @@ class PartitionMirror:
             self.block(found.reason)
             return
         if found is None:
-            return
+            if self.pending_start_offset < 0 or high_watermark > self.fetch_offset:
+                return
+            # Nothing past the gap (the source deleted everything it had): still move the
+            # target's start there, with an empty MirrorAppend, so both ends agree.
+            found = Chunk(b"", self.fetch_offset, self.fetch_offset, 0, wall_ms, ())
         if self.pending_start_offset >= 0:
             found = self._after_gap(found, wall_ms)
         self.buffered.append(found)
@@ -322,7 +327,8 @@ class PartitionMirror:
         self.bytes_mirrored += nbytes
         self.batches_mirrored += new_batches
         self.duplicate_batches += duplicates
-        self.last_mirrored_max_ts = chunk.max_timestamps[-1] if chunk.max_timestamps else None
+        if chunk.max_timestamps:
+            self.last_mirrored_max_ts = chunk.max_timestamps[-1]
         return AppendOutcome(records, nbytes, new_batches, duplicates, latencies)
 
     def on_append_error(self, code: ErrorCode, message: str, now_ms: int) -> None:

@@ -25,7 +25,7 @@ ignored, though its requests already on the wire still reach the brokers); ``sta
 begins a new life that knows nothing but the region's bootstrap broker ids.
 
 ``SourceWorkload`` is the source region's traffic: a producer (acks=all, batches of 1-5
-records) and a group whose committed offsets advance over what is produced (admin-style
+records, some compressed) and a group whose committed offsets advance over what is produced (admin-style
 OffsetCommit, as a consumer of the committed records would).
 """
 
@@ -39,7 +39,7 @@ from mirror.partition import Gap, PartitionMirror
 from mq.client.internals.metadata import needs_metadata_refresh
 from mq.core.errors import ErrorCode
 from mq.core.rng import Rng
-from mq.core.types import LATEST_TIMESTAMP, TopicPartition
+from mq.core.types import LATEST_TIMESTAMP, CompressionType, TopicPartition
 from mq.protocol import group_messages as gm
 from mq.protocol import messages as m
 from mq.protocol.mirror_messages import MirrorAppendRequest, MirrorAppendResponse
@@ -54,6 +54,8 @@ TICK_MS = 50
 REQUEST_TIMEOUT_MS = 1_500  # the mirror's client-side timeout (plus a request's own wait)
 FETCH_MAX_WAIT_MS = 200
 APPEND_TIMEOUT_MS = 1_000
+CODECS = (CompressionType.NONE, CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4,
+          CompressionType.ZSTD)  # the mirror copies compressed batches without decoding them
 
 
 def code_of(value: int) -> ErrorCode:
@@ -70,6 +72,7 @@ class MirrorStats:
     restarts: int = 0
     fetches: int = 0
     appends: int = 0
+    empty_appends: int = 0  # only moving the target's start (the source had nothing past a gap)
     append_errors: dict[str, int] = field(default_factory=dict)
     duplicate_batches: int = 0
     timeouts: int = 0
@@ -293,6 +296,7 @@ class SimMirror:
                 continue
             self.appending.add(tp)
             self.stats.appends += 1
+            self.stats.empty_appends += not chunk.data
             request = MirrorAppendRequest(tp.topic, tp.partition, chunk.data, acks=-1,
                                           start_offset=chunk.start_offset, timeout_ms=APPEND_TIMEOUT_MS)
             self._send(self.target, leader, request,
@@ -420,7 +424,8 @@ class SourceWorkload:
                 break
             count = self.rng.randint(1, 5)
             values = tuple(b"%s-%d-%d" % (tp.topic.encode(), tp.partition, self.sent * 10 + i) for i in range(count))
-            batch = build_batch([(None, v, (), self.region.now_ms + i) for i, v in enumerate(values)])
+            batch = build_batch([(None, v, (), self.region.now_ms + i) for i, v in enumerate(values)],
+                                compression=self.rng.choice(CODECS))
             request = m.ProduceRequest(-1, 1_000, [m.ProduceTopicData(tp.topic, [m.ProducePartitionData(tp.partition, batch)])])
             self.sent += 1
             self.in_flight += 1

@@ -171,7 +171,8 @@ class MirrorSim:
         source_end = self.invariants.ends(self.source, tp)
         target_end = self.invariants.ends(self.target, tp) or 0
         if leader is not None and source_end is not None and source_end > target_end + 1:
-            offset = self.rng.randint(target_end + 1, source_end)
+            # a third of the time everything the source has (nothing left to mirror after the gap)
+            offset = source_end if self.rng.random() < 0.33 else self.rng.randint(target_end + 1, source_end)
             request = m.DeleteRecordsRequest([m.DeleteRecordsTopic(tp.topic, [m.DeleteRecordsPartition(tp.partition, offset)])])
             self.source.request(leader, request, lambda _: None, source_id=ADMIN_ID)
             self.deletions.append((tp, offset))

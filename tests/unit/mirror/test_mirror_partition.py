@@ -163,6 +163,26 @@ def test_a_log_start_inside_the_batch_at_the_mirrored_end_is_no_gap() -> None:
     assert not pm.new_gaps and pm.gap_records == 0
 
 
+def test_a_source_emptied_by_a_gap_still_moves_the_target_start() -> None:
+    """Retention deleted everything up to the source's end (700) and nothing new came:
+    an empty MirrorAppend moves the target's start, so its end is the source's too."""
+    pm = PartitionMirror(TP)
+    pm.reset(100)
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=700,
+                      log_start_offset=700)
+    fetched(pm, b"", hw=700, start=700)
+    chunk = pm.next_append(1)
+    assert chunk is not None and (chunk.data, chunk.base_offset, chunk.next_offset, chunk.start_offset) == (b"", 700, 700, 700)
+    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
+    fetched(pm, b"", hw=700, start=700)  # still nothing: no second move
+    pm.on_appended(high_watermark=700, duplicates=0, now_ms=2, wall_ms=2)
+    assert pm.mirrored_end == 700 and pm.lag_records() == 0 and not pm.buffered
+    fetched(pm, batches((700, 3)), hw=703, start=700)
+    chunk = pm.next_append(3)
+    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, -1)
+
+
 def test_a_source_that_ends_below_the_mirrored_end_blocks_the_partition() -> None:
     pm = PartitionMirror(TP)
     pm.reset(500)
