@@ -12,7 +12,8 @@ Faults, one at a time, each for a random while, 30% of them with a mirror restar
 in the middle: the link cut both ways, only its answers cut, the target's answers to
 the mirror cut (appends applied, acknowledgements lost), messages dropped or slowed on
 the mirror's links, a mirror restart, a source or target broker crash (its unsynced
-bytes lost) and restart, a source broker isolated from its region, records deleted in
+bytes lost) and restart, a source broker or a target partition leader isolated from its
+region (the mirror still reaches it: a zombie leader for a while), records deleted in
 the source (DeleteRecords, at any offset) before the mirror, cut off, copied them (half
 of the time with a source broker down meanwhile, so it restarts below the log start). Then everything
 heals, the producer and the group stop, and the mirror must catch up.
@@ -48,7 +49,7 @@ GROUP = "billing"
 PARTITIONS = 3
 LINK_DELAY = Delay(10, 30)
 FAULTS = ("link_cut", "link_answers_cut", "target_answers_cut", "link_drop", "link_slow", "mirror_restart",
-          "source_crash", "target_crash", "source_isolate", "source_delete_records", "none")
+          "source_crash", "target_crash", "source_isolate", "target_isolate", "source_delete_records", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,10 @@ class MirrorSim:
         if kind == "source_isolate":
             source.network.isolate(rng.choice(list(source.ids)), source.ids)
             return source.network.heal
+        if kind == "target_isolate":  # a target leader cut off from its region, not from the mirror
+            leader = target.leader_of(rng.choice(self.tps))
+            target.network.isolate(leader if leader is not None else rng.choice(list(target.ids)), target.ids)
+            return target.network.heal
         return lambda: None
 
     def _delete_unmirrored_records(self) -> None:
