@@ -8,15 +8,15 @@ source group commits offsets the mirror syncs to the target. The inter-region li
 the mirror's traffic with the source region (10-30 ms each way); the mirror sits beside
 the target region.
 
-Faults, one at a time, each for a random while, 30% of them with a mirror restart
-in the middle: the link cut both ways, only its answers cut, the target's answers to
-the mirror cut (appends applied, acknowledgements lost), messages dropped or slowed on
-the mirror's links, a mirror restart, a source or target broker crash (its unsynced
-bytes lost) and restart, a source broker or a target partition leader isolated from its
+Faults, one at a time, each for a random while, 30% of them with a mirror restart in
+the middle: the link cut both ways, only its answers cut, the target's answers to the
+mirror cut (appends applied, acknowledgements lost), messages dropped or slowed on the
+mirror's links, a mirror restart, a source or target broker crash (its unsynced bytes
+lost) and restart, a source broker or a target partition leader isolated from its
 region (the mirror still reaches it: a zombie leader for a while), records deleted in
 the source (DeleteRecords, at any offset) before the mirror, cut off, copied them (half
-of the time with a source broker down meanwhile, so it restarts below the log start). Then everything
-heals, the producer and the group stop, and the mirror must catch up.
+of the time with a source broker down meanwhile, so it restarts below the log start).
+Then everything heals, the producer and the group stop, and the mirror must catch up.
 
 ``MirrorInvariants`` checks after every event; the target region, whose partitions are
 written by MirrorAppend, also keeps its own ``RegionInvariants`` (one leader per epoch,
