@@ -6,7 +6,7 @@ crash. Checked after every event: the mirrored prefix is identical to the source
 offsets, bytes and timestamps), synced group offsets are never past the mirrored end;
 at the end the target catches up with the source.
 
-A failing seed prints ``MQ_SEED=<n> pytest tests/sim/test_sim_mirror.py::<test>``,
+A failing seed prints ``MQ_SEED=<n> pytest tests/sim/test_sim_mirror_regions.py::<test>``,
 which replays it exactly; ``MQ_SIM_ITERATIONS`` scales the seed counts.
 """
 
