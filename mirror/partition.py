@@ -16,14 +16,16 @@ the same offsets. Per partition:
   every append answer. A restarted mirror resumes there: nothing is lost, duplicated or
   reordered whatever the moment it was killed.
 * **gaps**: a fetch below the source's log start (retention deleted records before they
-  were mirrored) continues at the log start; the next append asks the target to start
-  there (``start_offset``). The target can start only at a batch boundary, and the log
-  start may lie inside a batch (DeleteRecords moves it to any offset; Kafka's followers
-  meet the same, KAFKA-6975): then the whole batch holding it is copied and the target
-  starts at its base. The gap, ``[fetch offset, that start)``, is recorded once the first
-  fetch after it shows where the target will start: exactly the offsets the target
-  never gets. A source with nothing past its log start still moves the target's start
-  (an empty MirrorAppend), so the two ends agree.
+  were mirrored) makes a *candidate*; once everything fetched is appended, the target's end
+  decides: if it is the fetch offset, the exact lost range ``[target end, log start)`` is
+  recorded and copying continues at the log start, the next append asking the target to
+  start there (``start_offset``); if the target went further (an append of a killed
+  predecessor landed after this mirror read the target's end), there is no gap from there.
+  The target can start only at a batch boundary, and the source's log start may lie
+  inside a batch (DeleteRecords moves it to any offset): then the whole batch holding it
+  is copied and the target starts at its base (it keeps the batch's few records below the
+  log start, as the source's own replicas do). A source with nothing past its log start
+  still moves the target's start (an empty MirrorAppend), so the two ends agree.
 
 The state is derived, never stored: ``blocked`` (the operator must act: the target is not
 a mirror topic, or the regions diverged), else ``stalled`` (a source or target problem
@@ -134,7 +136,7 @@ class PartitionMirror:
         self.append_retry_at_ms = 0
         self.append_sent_ms: int | None = None
         self.pending_start_offset = -1  # the next chunk starts after a gap
-        self.gap_from: int | None = None  # where that gap began (the offset that was out of range)
+        self.gap_candidate: tuple[int, int] | None = None  # (fetch offset, source log start)
         self.source_problem: str | None = None
         self.target_problem: str | None = None
         self.blocked_reason: str | None = None
@@ -181,7 +183,7 @@ class PartitionMirror:
         self.append_sent_ms = None
         self.fetching_since_ms = None
         self.pending_start_offset = -1
-        self.gap_from = None
+        self.gap_candidate = None
         self.target_problem = None
 
     def needs_reset(self) -> bool:
@@ -190,7 +192,7 @@ class PartitionMirror:
     # ------------------------------------------------------------------ fetch side
 
     def wants_fetch(self, now_ms: int) -> bool:
-        return (self.fetch_offset is not None and self.blocked_reason is None
+        return (self.fetch_offset is not None and self.blocked_reason is None and self.gap_candidate is None
                 and self.fetching_since_ms is None and now_ms >= self.fetch_retry_at_ms
                 and self.buffered_bytes + (self.appending.size if self.appending else 0)
                 < self.max_buffered_bytes)
@@ -211,10 +213,12 @@ class PartitionMirror:
         self.source_seen_wall_ms = wall_ms
         self.source_problem = None
         expected = self.fetch_offset
-        if self.pending_start_offset >= 0 and self.gap_from is not None:
-            # Right after a gap: start at the base of the batch holding the log start.
+        if self.pending_start_offset >= 0:
+            # Right after a gap the log start may lie inside a batch (DeleteRecords moves it
+            # to any offset): the target can start only at a batch boundary, so the whole
+            # batch holding it is copied (Kafka's followers do the same, KAFKA-6975).
             base = batch_start(records, expected)
-            if base is not None and self.gap_from <= base < expected:
+            if base is not None and base < expected:
                 expected = base
         try:
             found = split_fetched(records, expected)
@@ -227,11 +231,13 @@ class PartitionMirror:
         if found is None:
             if self.pending_start_offset < 0 or high_watermark > self.fetch_offset:
                 return
-            # Nothing past the gap (the source deleted everything it had): still move the
-            # target's start there, with an empty MirrorAppend, so both ends agree.
+            # Nothing past the gap (the source deleted all it had): still move the target's
+            # start there, with an empty MirrorAppend, so the two ends agree.
             found = Chunk(b"", self.fetch_offset, self.fetch_offset, 0, wall_ms, ())
         if self.pending_start_offset >= 0:
-            found = self._after_gap(found, wall_ms)
+            found = Chunk(found.data, found.base_offset, found.next_offset, found.record_count,
+                          found.first_timestamp, found.max_timestamps, found.base_offset)
+            self.pending_start_offset = -1
         self.buffered.append(found)
         self.buffered_bytes += found.size
         self.fetch_offset = found.next_offset
@@ -257,30 +263,37 @@ class PartitionMirror:
         offset = self.fetch_offset
         assert offset is not None
         if offset < log_start:
-            if self.gap_from is None:  # (the log start may move on again before the next fetch)
-                self.gap_from = offset
-            self.fetch_offset = log_start
-            self.pending_start_offset = log_start
+            # Not a gap yet: the target may hold more than this mirror knows (an append of a
+            # killed predecessor, still in a socket when this one read the target's end).
+            # Once what is fetched is appended, the target's end decides (``confirm_gap``).
+            self.gap_candidate = (offset, log_start)
             self.source_problem = None
             return
         self.block(f"the source partition ends at {high_watermark}, below the mirrored offset "
                    f"{offset}: the source lost records the target has (unclean election, or the "
                    f"topic was recreated); the target is not rewritten")
 
-    def _after_gap(self, chunk: Chunk, wall_ms: int) -> Chunk:
-        """The first chunk after a gap: record the gap up to where it starts, and ask the
-        target to start there (unless it starts right at the target's end after all)."""
-        gap_from = self.gap_from if self.gap_from is not None else chunk.base_offset
-        self.pending_start_offset = -1
-        self.gap_from = None
-        if chunk.base_offset <= gap_from:
-            return chunk  # the batch holding the log start began at the mirrored end: nothing lost
-        gap = Gap(self.tp, gap_from, chunk.base_offset, wall_ms)
+    def needs_end_check(self) -> bool:
+        """A suspected gap waits for the target's end (everything fetched is appended)."""
+        return (self.gap_candidate is not None and self.blocked_reason is None and not self.buffered
+                and self.appending is None)
+
+    def confirm_gap(self, target_end: int, wall_ms: int) -> Gap | None:
+        """Given the target's end: a gap exactly ``[target end, source log start)``, or
+        none (the target already went further: continue from its end)."""
+        assert self.gap_candidate is not None
+        from_offset, log_start = self.gap_candidate
+        self.gap_candidate = None
+        if target_end != from_offset:
+            self.reset(target_end)
+            return None
+        gap = Gap(self.tp, from_offset, log_start, wall_ms)
         self.gaps.append(gap)
         self.new_gaps.append(gap)
         self.gap_records += gap.records
-        return Chunk(chunk.data, chunk.base_offset, chunk.next_offset, chunk.record_count,
-                     chunk.first_timestamp, chunk.max_timestamps, chunk.base_offset)
+        self.fetch_offset = log_start
+        self.pending_start_offset = log_start
+        return gap
 
     # ------------------------------------------------------------------ append side
 
@@ -345,6 +358,7 @@ class PartitionMirror:
             self.buffered.clear()
             self.buffered_bytes = 0
             self.epoch += 1
+            self.gap_candidate = None
             self.target_problem = None
             return
         self.target_problem = f"target append failed: {code.name}: {message}"

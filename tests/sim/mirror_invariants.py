@@ -18,11 +18,14 @@ After every event (``MirrorInvariants.check``):
 At the end (``check_final``, after healing and quiescence): the target's high watermark
 equals the source's for every partition; every target replica is byte-identical to the
 source below it; every record the source acknowledged (acks=all) is in the target at its
-offset; the target group's offsets equal the source group's.
+offset (unless the source deleted it); the target group's offsets equal the source
+group's; every offset the target never held is in a gap the mirror reported, and no gap
+claims records the target held (but the rest of the batch holding a log start).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
 
 from mirror_model import SourceWorkload
@@ -228,18 +231,35 @@ class MirrorInvariants:
         return not self.synced or self.group_of(self.source) == self.group_of(self.target)
 
     def check_gaps(self, tp: TopicPartition, end: int, gaps: list[Gap]) -> int:
-        """The offsets the target never held are exactly those the mirror reported as
-        gaps (deleted in the source before they were mirrored); returns their count."""
+        """Every offset the target never held is in a gap the mirror reported, and a gap
+        ``[a, b)`` claims nothing the target held but the few records of the batch holding
+        ``b`` (the target restarts at that batch's base when ``b`` is inside it); ``b``
+        is never past what the source deleted. Returns how many offsets were never held."""
         held = {o for a, b in self.held[tp] for o in range(a, b)}
         never = set(range(end)) - held
-        reported = {o for g in gaps if g.tp == tp for o in range(g.from_offset, g.to_offset)}
-        if never != reported:
-            raise InvariantViolation(
-                f"{tp}: the target never held {_spans(never)}, the mirror reported gaps {_spans(reported)}")
-        if reported and max(reported) >= self.source_start[tp]:
-            raise InvariantViolation(f"{tp}: gap {_spans(reported)} reaches the source's log start "
-                                     f"{self.source_start[tp]}: those records were not deleted")
+        mine = [g for g in gaps if g.tp == tp]
+        reported = {o for g in mine for o in range(g.from_offset, g.to_offset)}
+        if not never <= reported:
+            raise InvariantViolation(f"{tp}: the target never held {_spans(never - reported)}, and no gap "
+                                     f"reported says so (gaps {_spans(reported)}): lost silently")
+        for gap in mine:
+            where = f"{tp}: gap [{gap.from_offset}, {gap.to_offset})"
+            if gap.to_offset > self.source_start[tp]:
+                raise InvariantViolation(f"{where} reaches past the source's log start {self.source_start[tp]}: "
+                                         f"those records were not deleted")
+            claimed_held = {o for o in range(gap.from_offset, gap.to_offset) if o in held}
+            if claimed_held and min(claimed_held) < self._batch_base(tp, gap.to_offset):
+                raise InvariantViolation(f"{where} claims {_spans(claimed_held)}, which the target held")
         return len(never)
+
+    def _batch_base(self, tp: TopicPartition, offset: int) -> int:
+        """The base of the source batch holding ``offset`` (``offset`` at a boundary)."""
+        reference = self.reference[tp]
+        bases = sorted(reference)
+        i = bisect_right(bases, offset) - 1
+        if i >= 0 and reference[bases[i]][0] > offset:
+            return bases[i]
+        return offset
 
     def check_final(self, gaps: list[Gap]) -> dict[str, int]:
         if not self.caught_up():

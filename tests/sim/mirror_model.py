@@ -10,7 +10,7 @@ in the tests. The mirror is a client node (``MIRROR_ID``) in both regions' netwo
   unknown partition or a timeout; so the mirror works from views that may be stale;
 - **resolve**: partitions that do not know the target's end read it with ListOffsets
   (the target leader's high watermark) and ``reset`` there, as the real copier does at
-  start and after MIRROR_OFFSET_GAP;
+  start and after MIRROR_OFFSET_GAP; a suspected gap is confirmed against it the same way;
 - **fetch**: one FetchRequest per source leader in flight (consumer fetch, so only
   records below the source's high watermark), long-polling at the source;
 - **append**: one MirrorAppend (acks=-1) per partition in flight, to the target leader;
@@ -215,7 +215,8 @@ class SimMirror:
     def _resolve(self) -> None:
         if self.resolving:
             return
-        waiting = [tp for tp, pm in self.partitions.items() if pm.needs_reset() and tp in self.target.leaders]
+        waiting = [tp for tp, pm in self.partitions.items()
+                   if (pm.needs_reset() or pm.needs_end_check()) and tp in self.target.leaders]
         if not waiting:
             return
         leader = self.target.leaders[waiting[0]]
@@ -236,6 +237,8 @@ class SimMirror:
                         self._forget_leader(self.target, tp, code_of(p.error_code))
                     elif pm.needs_reset():
                         self.reset(pm, p.offset)
+                    elif pm.needs_end_check():
+                        pm.confirm_gap(p.offset, self.now_ms)
         request = m.ListOffsetsRequest([m.ListOffsetsTopic(self.topic, [
             m.ListOffsetsPartition(tp.partition, LATEST_TIMESTAMP) for tp in tps])])
         self._send(self.target, leader, request, answered)

@@ -62,7 +62,7 @@ class MirrorRun:
     duplicate_batches: int  # acknowledged by the target as already there
     append_errors: int
     offset_gap_refusals: int  # MIRROR_OFFSET_GAP answers (a resume point past the target's end)
-    gap_records: int  # deleted in the source before they were mirrored, reported exactly
+    gap_records: int  # never in the target: deleted in the source before they were mirrored (all reported)
     events: int
     seconds: float
 

@@ -41,7 +41,7 @@ def _report(name: str, results: list[MirrorRun]) -> None:
           f"{sum(r.records for r in results)} records mirrored, "
           f"{sum(r.duplicate_batches for r in results)} duplicate batches acknowledged, "
           f"{sum(r.append_errors for r in results)} append errors, "
-          f"{sum(r.gap_records for r in results)} records in gaps (deleted before mirrored, reported exactly), "
+          f"{sum(r.gap_records for r in results)} records in reported gaps (deleted in the source before they were mirrored), "
           f"invariants after each of {sum(r.events for r in results)} events; "
           f"{sum(r.seconds for r in results) / max(1, count):.2f} s per seed "
           f"(max {max((r.seconds for r in results), default=0):.2f} s)")
@@ -153,7 +153,7 @@ class RememberingMirror(SimMirror):
         else:
             pm.reset(remembered)
             if self.force_start and remembered > target_end:  # as if the source had deleted them
-                pm.gap_from, pm.pending_start_offset = target_end, remembered
+                pm.pending_start_offset = remembered
         self.resumed.add(pm.tp)
 
     def _fetched(self, leader, sent, response) -> None:  # type: ignore[no-untyped-def]

@@ -122,59 +122,58 @@ def test_a_gap_below_the_source_log_start_is_recorded_exactly_and_mirroring_cont
     _, epoch = pm.fetch_sent(0)
     pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 50_000,
                       high_watermark=900, log_start_offset=700)
-    assert pm.fetch_offset == 700 and not pm.new_gaps  # recorded once the next fetch shows the start
-    fetched(pm, batches((700, 5)), hw=900, start=700)
+    assert not pm.new_gaps and pm.needs_end_check() and not pm.wants_fetch(1)  # the target decides
+    pm.confirm_gap(100, 50_000)
     assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
-    assert pm.gap_records == 600
+    assert pm.gap_records == 600 and pm.fetch_offset == 700
+    fetched(pm, batches((700, 5)), hw=900, start=700)
     chunk = pm.next_append(1)
     assert chunk is not None and chunk.start_offset == 700  # the target starts the partition there
     pm.on_appended(high_watermark=705, duplicates=0, now_ms=2, wall_ms=50_000)
     assert pm.mirrored_end == 705 and pm.status(50_000).gaps == ((100, 700),)
 
 
+def gap_at(pm: PartitionMirror, log_start: int, *, target_end: int, hw: int = 900) -> None:
+    """The source answers OFFSET_OUT_OF_RANGE (its log starts at ``log_start``), and the
+    target's end confirms the gap."""
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=hw,
+                      log_start_offset=log_start)
+    pm.confirm_gap(target_end, 1)
+
+
 def test_a_log_start_inside_a_batch_restarts_the_target_at_that_batch() -> None:
-    """DeleteRecords moved the source's log start into batch [700, 705): the target can
-    only start at a batch boundary, so the whole batch is copied (it used to be taken for
-    a batch straddling the mirrored end, and the partition blocked for good)."""
+    """DeleteRecords moved the source's log start into batch [700, 705): the target can only
+    start at a batch boundary, so the whole batch is copied (it was taken for a batch
+    straddling the mirrored end, and the partition blocked for good)."""
     pm = PartitionMirror(TP)
     pm.reset(100)
-    _, epoch = pm.fetch_sent(0)
-    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 50_000,
-                      high_watermark=900, log_start_offset=703)
-    _, epoch = pm.fetch_sent(1)
-    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone again", 1, 50_001,
-                      high_watermark=900, log_start_offset=704)  # the start moved on meanwhile
-    fetched(pm, batches((700, 5), (705, 2)), hw=900, start=704)
+    gap_at(pm, 703, target_end=100)
+    fetched(pm, batches((700, 5), (705, 2)), hw=900, start=703)
     assert pm.state == PartitionState.RUNNING
     chunk = pm.next_append(2)
     assert chunk is not None and (chunk.base_offset, chunk.next_offset, chunk.start_offset) == (700, 707, 700)
-    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)] and pm.gap_records == 600
+    assert [(g.from_offset, g.to_offset) for g in pm.gaps] == [(100, 703)]  # deleted in the source
 
 
-def test_a_log_start_inside_the_batch_at_the_mirrored_end_is_no_gap() -> None:
+def test_a_log_start_inside_the_batch_at_the_mirrored_end_appends_it_as_usual() -> None:
     pm = PartitionMirror(TP)
     pm.reset(700)
-    _, epoch = pm.fetch_sent(0)
-    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=900,
-                      log_start_offset=702)
+    gap_at(pm, 702, target_end=700)
     fetched(pm, batches((700, 5)), hw=900, start=702)
     chunk = pm.next_append(1)
-    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, -1)
-    assert not pm.new_gaps and pm.gap_records == 0
+    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, 700)  # 700 is the target's end
 
 
 def test_a_source_emptied_by_a_gap_still_moves_the_target_start() -> None:
-    """Retention deleted everything up to the source's end (700) and nothing new came:
-    an empty MirrorAppend moves the target's start, so its end is the source's too."""
+    """Retention deleted everything up to the source's end (700) and nothing new came: an
+    empty MirrorAppend moves the target's start, so its end is the source's too."""
     pm = PartitionMirror(TP)
     pm.reset(100)
-    _, epoch = pm.fetch_sent(0)
-    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=700,
-                      log_start_offset=700)
+    gap_at(pm, 700, target_end=100, hw=700)
     fetched(pm, b"", hw=700, start=700)
     chunk = pm.next_append(1)
     assert chunk is not None and (chunk.data, chunk.base_offset, chunk.next_offset, chunk.start_offset) == (b"", 700, 700, 700)
-    assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
     fetched(pm, b"", hw=700, start=700)  # still nothing: no second move
     pm.on_appended(high_watermark=700, duplicates=0, now_ms=2, wall_ms=2)
     assert pm.mirrored_end == 700 and pm.lag_records() == 0 and not pm.buffered
@@ -234,3 +233,13 @@ def test_a_diverged_or_promoted_target_blocks_the_partition() -> None:
         pm.on_append_error(code, "no", 1)
         assert pm.state == PartitionState.BLOCKED and code.name in pm.reason
         assert pm.next_append(10_000) is None and not pm.wants_fetch(10_000)
+
+
+def test_no_gap_when_the_target_already_went_further_than_this_mirror_knew() -> None:
+    pm = PartitionMirror(TP)
+    pm.reset(100)  # a killed predecessor's append of [100, 150) lands after this read
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=900,
+                      log_start_offset=120)
+    assert pm.confirm_gap(150, 2) is None and not pm.gaps
+    assert pm.fetch_offset == 150 and pm.wants_fetch(3)
