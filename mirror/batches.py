@@ -107,6 +107,22 @@ def split_fetched(data: bytes | memoryview, expected_offset: int) -> Chunk | Mis
     return Chunk(bytes(view[start:pos]), base, next_offset, records, first_ts, tuple(max_ts))
 
 
+def batch_start(data: bytes | memoryview, offset: int) -> int | None:
+    """The base offset of the first batch of ``data`` holding offsets at or past
+    ``offset`` (None: there is none, or a header is damaged: ``split_fetched`` says so)."""
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while pos < end:
+        try:
+            header = read_header(view, pos)
+        except ProtocolError:
+            return None
+        if header.next_offset > offset:
+            return header.base_offset
+        pos += header.batch_length + LOG_OVERHEAD
+    return None
+
+
 def join_chunks(chunks: list[Chunk]) -> Chunk:
     """Consecutive chunks as one (one MirrorAppend for several fetches' worth)."""
     if len(chunks) == 1:

@@ -21,6 +21,11 @@ the same offsets. Per partition:
   recorded and copying continues at the log start, the next append asking the target to
   start there (``start_offset``); if the target went further (an append of a killed
   predecessor landed after this mirror read the target's end), there is no gap from there.
+  The target can start only at a batch boundary, and the source's log start may lie
+  inside a batch (DeleteRecords moves it to any offset): then the whole batch holding it
+  is copied and the target starts at its base (it keeps the batch's few records below the
+  log start, as the source's own replicas do). A source with nothing past its log start
+  still moves the target's start (an empty MirrorAppend), so the two ends agree.
 
 The state is derived, never stored: ``blocked`` (the operator must act: the target is not
 a mirror topic, or the regions diverged), else ``stalled`` (a source or target problem
@@ -35,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from mirror.batches import Chunk, CorruptFetch, Misaligned, join_chunks, split_fetched
+from mirror.batches import Chunk, CorruptFetch, Misaligned, batch_start, join_chunks, split_fetched
 from mirror.latency import LatencyWindow
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
@@ -207,8 +212,16 @@ class PartitionMirror:
         self.source_log_start = log_start_offset
         self.source_seen_wall_ms = wall_ms
         self.source_problem = None
+        expected = self.fetch_offset
+        if self.pending_start_offset >= 0:
+            # Right after a gap the log start may lie inside a batch (DeleteRecords moves it
+            # to any offset): the target can start only at a batch boundary, so the whole
+            # batch holding it is copied (Kafka's followers do the same, KAFKA-6975).
+            base = batch_start(records, expected)
+            if base is not None and base < expected:
+                expected = base
         try:
-            found = split_fetched(records, self.fetch_offset)
+            found = split_fetched(records, expected)
         except CorruptFetch as exc:
             self._source_failed(f"corrupt fetch answer, fetching again: {exc}", now_ms)
             return
@@ -216,10 +229,14 @@ class PartitionMirror:
             self.block(found.reason)
             return
         if found is None:
-            return
+            if self.pending_start_offset < 0 or high_watermark > self.fetch_offset:
+                return
+            # Nothing past the gap (the source deleted all it had): still move the target's
+            # start there, with an empty MirrorAppend, so the two ends agree.
+            found = Chunk(b"", self.fetch_offset, self.fetch_offset, 0, wall_ms, ())
         if self.pending_start_offset >= 0:
             found = Chunk(found.data, found.base_offset, found.next_offset, found.record_count,
-                          found.first_timestamp, found.max_timestamps, self.pending_start_offset)
+                          found.first_timestamp, found.max_timestamps, found.base_offset)
             self.pending_start_offset = -1
         self.buffered.append(found)
         self.buffered_bytes += found.size
@@ -323,7 +340,8 @@ class PartitionMirror:
         self.bytes_mirrored += nbytes
         self.batches_mirrored += new_batches
         self.duplicate_batches += duplicates
-        self.last_mirrored_max_ts = chunk.max_timestamps[-1] if chunk.max_timestamps else None
+        if chunk.max_timestamps:
+            self.last_mirrored_max_ts = chunk.max_timestamps[-1]
         return AppendOutcome(records, nbytes, new_batches, duplicates, latencies)
 
     def on_append_error(self, code: ErrorCode, message: str, now_ms: int) -> None:

@@ -30,6 +30,8 @@ from enum import Enum
 
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
+from mq.protocol.batch_format import read_header
+from mq.protocol.errors import ProtocolError
 from mq.protocol.messages import FetchPartition, FetchRequest, FetchTopic
 from mq.replication.epoch_cache import EpochEndOffset, LeaderEpochCache
 from mq.replication.types import ReplicaFetchResponse, ReplicaLog
@@ -121,10 +123,29 @@ class FollowerPartition:
             try:
                 self.log.append_as_follower(response.records, now_ms=now_ms)
             except MqError as exc:
-                return self._on_error(ReplicaFetchResponse(error=exc.code), now_ms)
+                if not self._restart_at_first_batch(response.records, exc, now_ms=now_ms):
+                    return self._on_error(ReplicaFetchResponse(error=exc.code), now_ms)
             self.epoch_cache.assign_from_batches(response.records)
         self._update_high_watermark(response.high_watermark)
         return FetchOutcome(appended_bytes=appended, high_watermark=self.high_watermark)
+
+    def _restart_at_first_batch(self, records: bytes | memoryview, exc: MqError, *, now_ms: int) -> bool:
+        """KAFKA-6975: our log was restarted empty at the leader's log start, which
+        DeleteRecords may have put inside a batch; the leader then sends that whole batch,
+        which begins below our log end. Restart at the batch's base and append it, as
+        Kafka does; True if that was the case (``exc`` is re-raised if the retry fails)."""
+        end = self.log.log_end_offset
+        if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE or end != self.log.log_start_offset:
+            return False
+        try:
+            first = read_header(records)
+        except ProtocolError:
+            return False
+        if not first.base_offset < end <= first.last_offset:
+            return False
+        self.log.truncate_fully_and_start_at(first.base_offset)
+        self.log.append_as_follower(records, now_ms=now_ms)
+        return True
 
     def _update_high_watermark(self, leader_high_watermark: int) -> None:
         # Our copy of the leader's high watermark, capped by what we hold; it only

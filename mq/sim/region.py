@@ -14,8 +14,11 @@ whose job this module does on virtual time:
   back from that disk.
 
 Clients are simulated by ``produce`` (acks=all to the partition's leader as some
-live broker's metadata names it), which records every acknowledged value and offset.
-A run depends only on its seed.
+live broker's metadata names it), which records every acknowledged value and offset,
+and by ``request``: any request from a client node (an id that is no broker's), its
+answer handed to a callback (None when it timed out). Several regions can share one
+``EventScheduler`` (one virtual clock), each with its own network. A run depends only
+on its seed.
 """
 
 from __future__ import annotations
@@ -80,11 +83,14 @@ class Ack:
 
 class SimRegion:
     def __init__(self, seed: int, *, broker_ids: Iterable[int] = (1, 2, 3), base_delay_ms: int = 1,
-                 configs: dict[str, object] | None = None) -> None:
+                 configs: dict[str, object] | None = None, scheduler: EventScheduler | None = None) -> None:
+        """``scheduler``: share another region's clock (None: a new one at ``START_MS``)."""
         self.seed = seed
         self.rng = Rng(seed)
-        self.scheduler = EventScheduler()
-        self.scheduler.now_ms = START_MS
+        if scheduler is None:
+            scheduler = EventScheduler()
+            scheduler.now_ms = START_MS
+        self.scheduler = scheduler
         self.network = SimNetwork(self.scheduler, self.rng.fork("network"), self._arrive,
                                   base_delay_ms=base_delay_ms)
         self.ids = tuple(sorted(broker_ids))
@@ -199,7 +205,7 @@ class SimRegion:
         self.network.send(Envelope(node_id, source, response=response, tag=tag, incarnation=incarnation))
 
     def _arrive(self, envelope: Envelope) -> None:
-        if envelope.destination_id == CLIENT_ID:
+        if envelope.destination_id not in self.brokers:  # a client node
             callback = self._client_waiting.pop(envelope.tag, None)
             if callback is not None:
                 callback(envelope.response)
@@ -241,18 +247,27 @@ class SimRegion:
 
     # ------------------------------------------------------------ clients
 
-    def _client_send(self, destination: int, request: Request, callback: Callable[[Response | None], None]) -> None:
+    def request(self, destination: int, request: Request, callback: Callable[[Response | None], None], *,
+                source_id: int = CLIENT_ID, timeout_ms: int | None = None) -> None:
+        """Send ``request`` from the client node ``source_id`` to broker ``destination``;
+        ``callback`` gets the answer, or None after ``timeout_ms`` (default: the shell's
+        request timeout plus the request's own ``timeout_ms``) if none came."""
+        assert source_id not in self.brokers, f"client node {source_id} is a broker's id"
         tag = self._next_tag
         self._next_tag += 1
         self._client_waiting[tag] = callback
-        self.network.send(Envelope(CLIENT_ID, destination, request=request, tag=tag))
+        self.network.send(Envelope(source_id, destination, request=request, tag=tag))
 
         def expire() -> None:
             pending = self._client_waiting.pop(tag, None)
             if pending is not None:
                 pending(None)
-        wait = getattr(request, "timeout_ms", 0) or 0
-        self.scheduler.schedule(self.now_ms + REQUEST_TIMEOUT_MS + wait, expire)
+        if timeout_ms is None:
+            timeout_ms = REQUEST_TIMEOUT_MS + (getattr(request, "timeout_ms", 0) or 0)
+        self.scheduler.schedule(self.now_ms + timeout_ms, expire)
+
+    def _client_send(self, destination: int, request: Request, callback: Callable[[Response | None], None]) -> None:
+        self.request(destination, request, callback)
 
     def controller(self) -> int | None:
         ids = {self.node(i).controller_id for i in self.live()}

@@ -137,6 +137,55 @@ def test_a_gap_below_the_source_log_start_is_recorded_exactly_and_mirroring_cont
     assert pm.mirrored_end == 705 and pm.status(50_000).gaps == ((100, 700),)
 
 
+def gap_at(pm: PartitionMirror, log_start: int, *, target_end: int, hw: int = 900) -> None:
+    """The source answers OFFSET_OUT_OF_RANGE (its log starts at ``log_start``), and the
+    target's end confirms the gap."""
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=hw,
+                      log_start_offset=log_start)
+    pm.confirm_gap(target_end, 1)
+
+
+def test_a_log_start_inside_a_batch_restarts_the_target_at_that_batch() -> None:
+    """DeleteRecords moved the source's log start into batch [700, 705): the target can only
+    start at a batch boundary, so the whole batch is copied (it was taken for a batch
+    straddling the mirrored end, and the partition blocked for good)."""
+    pm = PartitionMirror(TP)
+    pm.reset(100)
+    gap_at(pm, 703, target_end=100)
+    fetched(pm, batches((700, 5), (705, 2)), hw=900, start=703)
+    assert pm.state == PartitionState.RUNNING
+    chunk = pm.next_append(2)
+    assert chunk is not None and (chunk.base_offset, chunk.next_offset, chunk.start_offset) == (700, 707, 700)
+    assert [(g.from_offset, g.to_offset) for g in pm.gaps] == [(100, 703)]  # deleted in the source
+
+
+def test_a_log_start_inside_the_batch_at_the_mirrored_end_appends_it_as_usual() -> None:
+    pm = PartitionMirror(TP)
+    pm.reset(700)
+    gap_at(pm, 702, target_end=700)
+    fetched(pm, batches((700, 5)), hw=900, start=702)
+    chunk = pm.next_append(1)
+    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, 700)  # 700 is the target's end
+
+
+def test_a_source_emptied_by_a_gap_still_moves_the_target_start() -> None:
+    """Retention deleted everything up to the source's end (700) and nothing new came: an
+    empty MirrorAppend moves the target's start, so its end is the source's too."""
+    pm = PartitionMirror(TP)
+    pm.reset(100)
+    gap_at(pm, 700, target_end=100, hw=700)
+    fetched(pm, b"", hw=700, start=700)
+    chunk = pm.next_append(1)
+    assert chunk is not None and (chunk.data, chunk.base_offset, chunk.next_offset, chunk.start_offset) == (b"", 700, 700, 700)
+    fetched(pm, b"", hw=700, start=700)  # still nothing: no second move
+    pm.on_appended(high_watermark=700, duplicates=0, now_ms=2, wall_ms=2)
+    assert pm.mirrored_end == 700 and pm.lag_records() == 0 and not pm.buffered
+    fetched(pm, batches((700, 3)), hw=703, start=700)
+    chunk = pm.next_append(3)
+    assert chunk is not None and (chunk.base_offset, chunk.start_offset) == (700, -1)
+
+
 def test_a_source_that_ends_below_the_mirrored_end_blocks_the_partition() -> None:
     pm = PartitionMirror(TP)
     pm.reset(500)

@@ -153,6 +153,22 @@ def test_a_follower_below_the_leader_log_start_restarts_there() -> None:
     assert f.is_fetchable(0)
 
 
+def test_a_leader_log_start_inside_a_batch_restarts_the_follower_at_that_batch() -> None:
+    """KAFKA-6975: DeleteRecords put the leader's log start at 22, inside batch [20, 25);
+    the follower restarts empty at 22, the leader sends the whole batch: the follower
+    restarts at 20 and appends it (it used to refuse it and never catch up)."""
+    source = MemLog()
+    source.append_as_leader(build_batch([(None, b"a%d" % i, (), 0) for i in range(20)]), leader_epoch=3)
+    source.append_as_leader(build_batch([(None, b"b%d" % i, (), 0) for i in range(5)]), leader_epoch=3)
+    f = follower(leader_epoch=3)
+    answer(f, ReplicaFetchResponse(error=ErrorCode.OFFSET_OUT_OF_RANGE, log_start_offset=22))
+    assert f.log.log_start_offset == f.log.log_end_offset == 22
+    out = answer(f, ReplicaFetchResponse(high_watermark=25, log_start_offset=22, records=source.read(22)))
+    assert out.error == ErrorCode.NONE and f.status == FetchStatus.FETCHING
+    assert (f.log.log_start_offset, f.log.log_end_offset) == (20, 25)
+    assert f.epoch_cache.latest_epoch == 3 and f.high_watermark == 25
+
+
 def test_a_bad_append_backs_off_and_a_storage_error_stops_fetching() -> None:
     f = follower(0, 0)
     out = answer(f, ReplicaFetchResponse(records=leader_log(0).read(0)))  # offset 0 again
