@@ -247,8 +247,9 @@ class MirrorInvariants:
             if gap.to_offset > self.source_start[tp]:
                 raise InvariantViolation(f"{where} reaches past the source's log start {self.source_start[tp]}: "
                                          f"those records were not deleted")
-            claimed_held = {o for o in range(gap.from_offset, gap.to_offset) if o in held}
-            if claimed_held and min(claimed_held) < self._batch_base(tp, gap.to_offset):
+            base = self._batch_base(tp, gap.to_offset)
+            claimed_held = {o for o in range(gap.from_offset, min(base, gap.to_offset)) if o in held}
+            if claimed_held:
                 raise InvariantViolation(f"{where} claims {_spans(claimed_held)}, which the target held")
         return len(never)
 
