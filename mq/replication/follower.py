@@ -59,6 +59,8 @@ class FetchOutcome:
     truncated_below_high_watermark: bool = False
     high_watermark: int = 0
     discarded: bool = False
+    # The leader's log start moved ours up (DeleteRecords or retention on the leader).
+    log_start_moved: bool = False
 
 
 class FollowerPartition:
@@ -127,7 +129,26 @@ class FollowerPartition:
                     return self._on_error(ReplicaFetchResponse(error=exc.code), now_ms)
             self.epoch_cache.assign_from_batches(response.records)
         self._update_high_watermark(response.high_watermark)
-        return FetchOutcome(appended_bytes=appended, high_watermark=self.high_watermark)
+        try:
+            moved = self._follow_log_start(response.log_start_offset)
+        except MqError as exc:
+            return self._on_error(ReplicaFetchResponse(error=exc.code), now_ms)
+        return FetchOutcome(appended_bytes=appended, high_watermark=self.high_watermark,
+                            log_start_moved=moved)
+
+    def _follow_log_start(self, leader_log_start: int) -> bool:
+        """Kafka's ``log.maybeIncrementLogStartOffset(leaderLogStartOffset,
+        LeaderOffsetIncremented)`` on the follower path: DeleteRecords (or retention)
+        moved the leader's log start; move ours up to it, never above our own high
+        watermark (what we hold and know committed), deleting the whole segments below it
+        and checkpointing the new start before returning, so that the start survives a
+        restart and a leader change. True if our log start moved."""
+        target = min(leader_log_start, self.high_watermark)
+        if target <= self.log.log_start_offset:
+            return False
+        self.log.delete_records(target)
+        self.epoch_cache.truncate_from_start(self.log.log_start_offset)
+        return True
 
     def _restart_at_first_batch(self, records: bytes | memoryview, exc: MqError, *, now_ms: int) -> bool:
         """KAFKA-6975: our log was restarted empty at the leader's log start, which

@@ -80,7 +80,8 @@ class LogEndView(Protocol):
 class ReplicaLog(Protocol):
     """What a follower needs from its log; ``mq.storage.Log`` has it all but
     ``truncate_fully_and_start_at`` (Kafka's name for restarting an empty log at the
-    leader's log start, used when the follower fell below it)."""
+    leader's log start, used when the follower fell below it). ``delete_records``
+    moves the follower's log start up to the leader's (DeleteRecords, retention)."""
 
     @property
     def log_start_offset(self) -> int: ...
@@ -93,6 +94,8 @@ class ReplicaLog(Protocol):
     def truncate_to(self, offset: int) -> None: ...
 
     def truncate_fully_and_start_at(self, offset: int) -> None: ...
+
+    def delete_records(self, offset: int) -> int: ...
 
 
 def check_leader_epoch(requested: int, current: int) -> ErrorCode:

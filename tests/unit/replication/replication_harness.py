@@ -76,6 +76,14 @@ class MemLog:
         self.batches = []
         self._start = offset
 
+    def delete_records(self, offset: int) -> int:
+        """Move the log start up to ``offset`` (at most the log end), dropping the
+        batches wholly below it."""
+        if offset > self._start:
+            self._start = min(offset, self.log_end_offset)
+            self.batches = [b for b in self.batches if next(iter_batches(b))[1].last_offset >= self._start]
+        return self._start
+
     def read(self, offset: int, *, max_bytes: int = 1 << 20) -> bytes:
         out = b""
         for batch in self.batches:

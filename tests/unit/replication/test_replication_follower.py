@@ -156,7 +156,8 @@ def test_a_follower_below_the_leader_log_start_restarts_there() -> None:
 def test_a_leader_log_start_inside_a_batch_restarts_the_follower_at_that_batch() -> None:
     """KAFKA-6975: DeleteRecords put the leader's log start at 22, inside batch [20, 25);
     the follower restarts empty at 22, the leader sends the whole batch: the follower
-    restarts at 20 and appends it (it used to refuse it and never catch up)."""
+    restarts at 20 and appends it (it used to refuse it and never catch up), then takes
+    the leader's log start 22 from the same answer, keeping the batch that holds it."""
     source = MemLog()
     source.append_as_leader(build_batch([(None, b"a%d" % i, (), 0) for i in range(20)]), leader_epoch=3)
     source.append_as_leader(build_batch([(None, b"b%d" % i, (), 0) for i in range(5)]), leader_epoch=3)
@@ -165,7 +166,8 @@ def test_a_leader_log_start_inside_a_batch_restarts_the_follower_at_that_batch()
     assert f.log.log_start_offset == f.log.log_end_offset == 22
     out = answer(f, ReplicaFetchResponse(high_watermark=25, log_start_offset=22, records=source.read(22)))
     assert out.error == ErrorCode.NONE and f.status == FetchStatus.FETCHING
-    assert (f.log.log_start_offset, f.log.log_end_offset) == (20, 25)
+    assert (f.log.log_start_offset, f.log.log_end_offset) == (22, 25)
+    assert [r[0] for r in f.log.entries()] == [20, 21, 22, 23, 24]  # the batch is whole
     assert f.epoch_cache.latest_epoch == 3 and f.high_watermark == 25
 
 
@@ -224,3 +226,34 @@ def test_follows_into_a_real_storage_log() -> None:
     out = answer(f, ReplicaFetchResponse(high_watermark=3, diverging_epoch=EpochEndOffset(2, 4)))
     assert out.truncated_to == 4 and log.log_end_offset == 4
     assert f.fetch_partition().last_fetched_epoch == 2
+
+
+def test_the_leaders_log_start_moves_ours_up_to_our_high_watermark_at_most() -> None:
+    """Kafka's follower ``maybeIncrementLogStartOffset(leaderLogStartOffset)``: the
+    leader's DeleteRecords reaches us in its fetch answers; we never start above what we
+    know committed."""
+    f = follower(0, 0, 0, 0, 0, hw=2)
+    out = answer(f, ReplicaFetchResponse(high_watermark=2, log_start_offset=4))
+    assert out.log_start_moved and f.log.log_start_offset == 2
+    assert f.epoch_cache.entries[0].start_offset == 2
+    out = answer(f, ReplicaFetchResponse(high_watermark=5, log_start_offset=4))
+    assert out.log_start_moved and f.log.log_start_offset == 4
+    assert [r[0] for r in f.log.entries()] == [4]
+    # an older or missing (-1) log start never moves ours back
+    out = answer(f, ReplicaFetchResponse(high_watermark=5, log_start_offset=1))
+    assert not out.log_start_moved and f.log.log_start_offset == 4
+    out = answer(f, ReplicaFetchResponse(high_watermark=5))
+    assert not out.log_start_moved and f.log.log_start_offset == 4
+
+
+def test_the_leaders_log_start_is_checkpointed_on_a_real_log() -> None:
+    fileio = MemoryFileIO()
+    log = Log.open(fileio, "/data/t-0", TopicConfig(), now_ms=0)
+    source = leader_log(0, 0, 0, 0, 0)
+    f = FollowerPartition(TP, log=log, epoch_cache=LeaderEpochCache(), leader_id=1, leader_epoch=5,
+                          fetch_backoff_ms=500)
+    answer(f, ReplicaFetchResponse(high_watermark=5, log_start_offset=3, records=source.read(0)))
+    assert log.log_start_offset == 3
+    log.flush()  # the records; the log start checkpoint was written as it moved
+    fileio.crash()
+    assert Log.open(fileio, "/data/t-0", TopicConfig(), now_ms=0).log_start_offset == 3
