@@ -1,5 +1,10 @@
 """ListOffsets (earliest, latest, by timestamp), DeleteRecords and
-OffsetsForLeaderEpoch, all served by the partition's leader only."""
+OffsetsForLeaderEpoch, all served by the partition's leader only.
+
+DeleteRecords answers as soon as the leader's log start moved (its ``low_watermark`` is
+the leader's, not Kafka's minimum over the ISR: there is no DeleteRecords purgatory).
+It wakes the followers' parked fetches; each follower takes the leader's log start from
+its next fetch answer and checkpoints it (``FollowerPartition._follow_log_start``)."""
 
 from __future__ import annotations
 
