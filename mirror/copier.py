@@ -12,7 +12,9 @@ One loop drives every partition of the flow:
   while the next fetch for that partition is already out (pipelining);
 * **resolve**: partitions that do not know the target's end (at start, after a target
   error) read it with ListOffsets (the high watermark) and start there; a suspected gap is
-  confirmed (or not) against the target's end the same way.
+  confirmed (or not) against the target's *settled* end, read with the end probe (an
+  empty MirrorAppend, acks=-1, answered once the high watermark covers the log end: a
+  new leader's high watermark may lag the records its replicas hold).
 
 Every completion updates a core and wakes the loop, which then sends whatever the cores
 say is due. The loop also wakes for the earliest retry deadline.
@@ -25,7 +27,7 @@ import logging
 from collections.abc import Iterable
 
 from mirror.metrics import FlowMetrics
-from mirror.partition import PartitionMirror
+from mirror.partition import END_PROBE_START_OFFSET, PartitionMirror
 from mq.client import Admin
 from mq.client.cluster import FETCH_LANE, ClusterClient, cancel_tasks
 from mq.client.internals.metadata import needs_metadata_refresh
@@ -116,6 +118,12 @@ class Copier:
             self._resolving.add_done_callback(self._done)
 
     async def _resolve(self, tps: list[TopicPartition]) -> None:
+        checks = [tp for tp in tps if self.partitions[tp].needs_end_check()]
+        if checks:
+            await asyncio.gather(*(self._probe_end(tp) for tp in checks))
+        tps = [tp for tp in tps if self.partitions[tp].needs_reset()]
+        if not tps:
+            return
         try:
             ends = await self.target.list_offsets({tp: LATEST_TIMESTAMP for tp in tps})
         except MqError as exc:
@@ -135,8 +143,24 @@ class Copier:
                 pm.reset(info.offset)
                 log.info("event=partition_start flow=%s topic=%s partition=%d mirrored_end=%d",
                          self.flow, tp.topic, tp.partition, info.offset)
-            elif pm.needs_end_check():
-                pm.confirm_gap(info.offset, self.clock.wall_ms())
+
+    async def _probe_end(self, tp: TopicPartition) -> None:
+        """The target's settled end for a suspected gap (``PartitionMirror.on_end_probe``)."""
+        pm = self.partitions[tp]
+        try:
+            result = await self.target.mirror_append(tp, b"", acks=-1, start_offset=END_PROBE_START_OFFSET,
+                                                     timeout_ms=self.append_timeout_ms)
+        except MqError as exc:
+            self.metrics.error("target_offsets")
+            log.info("event=target_end_probe_failed flow=%s topic=%s partition=%d error=%s",
+                     self.flow, tp.topic, tp.partition, exc)
+            pm.target_problem = f"cannot read the target's end: {exc}"
+            await asyncio.sleep(1)
+            return
+        if pm.needs_end_check():
+            pm.target_problem = None
+            pm.on_end_probe(high_watermark=result.high_watermark, log_end_offset=result.log_end_offset,
+                            wall_ms=self.clock.wall_ms())
 
     # ------------------------------------------------------------------ fetches
 

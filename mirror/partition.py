@@ -21,6 +21,11 @@ the same offsets. Per partition:
   recorded and copying continues at the log start, the next append asking the target to
   start there (``start_offset``); if the target went further (an append of a killed
   predecessor landed after this mirror read the target's end), there is no gap from there.
+  The target's end here is its *settled* end, read with an **end probe** (``END_PROBE``:
+  an empty MirrorAppend, acks=-1, ``start_offset`` 0, which moves nothing and is answered
+  once the leader's high watermark covers its log end), not ListOffsets: a new target
+  leader's high watermark may lag the log every replica already holds (e.g. 24 while all
+  hold 61), and a gap confirmed against it would claim records the target had.
   The target can start only at a batch boundary, and the source's log start may lie
   inside a batch (DeleteRecords moves it to any offset): then the whole batch holding it
   is copied and the target starts at its base (it keeps the batch's few records below the
@@ -59,6 +64,12 @@ class PartitionState(str, Enum):
     RUNNING = "running"
     STALLED = "stalled"
     BLOCKED = "blocked"
+
+
+# The end probe: an empty MirrorAppend with this start_offset (no partition ends below 0,
+# so it never restarts one) and acks=-1 changes nothing and answers once the leader's high
+# watermark covers its log end: the target's settled end (``on_end_probe``).
+END_PROBE_START_OFFSET = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,9 +289,21 @@ class PartitionMirror:
         return (self.gap_candidate is not None and self.blocked_reason is None and not self.buffered
                 and self.appending is None)
 
+    def on_end_probe(self, *, high_watermark: int, log_end_offset: int, wall_ms: int) -> Gap | None:
+        """The end probe's answer (see ``END_PROBE_START_OFFSET``). A high watermark below
+        the leader's log end is not the target's end yet (a new leader's lags the log its
+        replicas hold; or an append landed meanwhile): no decision, the probe is sent
+        again. Otherwise the settled end confirms the gap or not (``confirm_gap``)."""
+        if self.gap_candidate is None or high_watermark < log_end_offset:
+            return None
+        return self.confirm_gap(high_watermark, wall_ms)
+
     def confirm_gap(self, target_end: int, wall_ms: int) -> Gap | None:
-        """Given the target's end: a gap exactly ``[target end, source log start)``, or
-        none (the target already went further: continue from its end)."""
+        """Given the target's settled end (every record the target's leader holds is
+        committed: ``on_end_probe``; a high watermark alone may lag, and a gap confirmed
+        against it would claim records the target had): a gap exactly ``[target end,
+        source log start)``, or none (the target already went further: continue from
+        its end)."""
         assert self.gap_candidate is not None
         from_offset, log_start = self.gap_candidate
         self.gap_candidate = None

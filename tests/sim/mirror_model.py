@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mirror.group_sync import plan_group_sync
-from mirror.partition import Gap, PartitionMirror
+from mirror.partition import END_PROBE_START_OFFSET, Gap, PartitionMirror
 from mq.client.internals.metadata import needs_metadata_refresh
 from mq.core.errors import ErrorCode
 from mq.core.rng import Rng
@@ -131,6 +131,7 @@ class SimMirror:
                            for tp in self.tps}
         self.fetching: set[int] = set()
         self.appending: set[TopicPartition] = set()
+        self.probing: set[TopicPartition] = set()
         self.resolving = False
         self.syncing = False
         self.next_sync_ms = self.now_ms + (self.sync_interval_ms or 0)
@@ -215,8 +216,10 @@ class SimMirror:
     def _resolve(self) -> None:
         if self.resolving:
             return
-        waiting = [tp for tp, pm in self.partitions.items()
-                   if (pm.needs_reset() or pm.needs_end_check()) and tp in self.target.leaders]
+        for tp, pm in self.partitions.items():
+            if pm.needs_end_check() and tp in self.target.leaders and tp not in self.probing:
+                self._probe_end(tp, pm)
+        waiting = [tp for tp, pm in self.partitions.items() if pm.needs_reset() and tp in self.target.leaders]
         if not waiting:
             return
         leader = self.target.leaders[waiting[0]]
@@ -237,11 +240,26 @@ class SimMirror:
                         self._forget_leader(self.target, tp, code_of(p.error_code))
                     elif pm.needs_reset():
                         self.reset(pm, p.offset)
-                    elif pm.needs_end_check():
-                        pm.confirm_gap(p.offset, self.now_ms)
         request = m.ListOffsetsRequest([m.ListOffsetsTopic(self.topic, [
             m.ListOffsetsPartition(tp.partition, LATEST_TIMESTAMP) for tp in tps])])
         self._send(self.target, leader, request, answered)
+
+    def _probe_end(self, tp: TopicPartition, pm: PartitionMirror) -> None:
+        """A suspected gap waits for the target's settled end: the end probe, as the runner."""
+        self.probing.add(tp)
+
+        def answered(response: object) -> None:
+            self.probing.discard(tp)
+            if not isinstance(response, MirrorAppendResponse):
+                self._forget_leader(self.target, tp, None)
+            elif response.error_code != ErrorCode.NONE:
+                self._forget_leader(self.target, tp, code_of(response.error_code))
+            elif pm.needs_end_check():
+                pm.on_end_probe(high_watermark=response.high_watermark, log_end_offset=response.log_end_offset,
+                                wall_ms=self.now_ms)
+        request = MirrorAppendRequest(tp.topic, tp.partition, b"", acks=-1, start_offset=END_PROBE_START_OFFSET,
+                                      timeout_ms=APPEND_TIMEOUT_MS)
+        self._send(self.target, self.target.leaders[tp], request, answered, wait_ms=APPEND_TIMEOUT_MS)
 
     def reset(self, pm: PartitionMirror, target_end: int) -> None:
         """Where a new life (or a resync) starts: the target's end, as the runner does."""

@@ -25,7 +25,9 @@ from mirror.partition import PartitionMirror
 from mq.broker.mirror import MirrorRequests
 from mq.broker.mirror_plan import MirrorPlan
 from mq.broker.partition import Partition
-from mq.core.types import TopicPartition
+from mq.core.errors import ErrorCode
+from mq.core.types import LATEST_TIMESTAMP, TopicPartition
+from mq.protocol import messages as m
 from mq.protocol.batch_format import iter_batches
 from mq.protocol.mirror_messages import MirrorAppendRequest
 from mq.replication import FollowerPartition
@@ -195,3 +197,32 @@ def test_the_targets_gap_refusal_keeps_the_data_of_a_mirror_resuming_from_a_reme
     _report("remembering mirror, refused by the target", results)  # type: ignore[arg-type]
     refused = sum(r.offset_gap_refusals for r in results)  # type: ignore[attr-defined]
     assert refused > 0 or len(results) == 1, "no resume point was ahead of the target: the refusal went untested"
+
+
+class HighWatermarkGapMirror(SimMirror):
+    """The mutant of commit 90c15fc: a suspected gap confirmed against ListOffsets (the
+    target leader's high watermark, which lags the log its replicas hold after an election)."""
+
+    def _probe_end(self, tp, pm) -> None:  # type: ignore[no-untyped-def]
+        self.probing.add(tp)
+
+        def answered(response: object) -> None:
+            self.probing.discard(tp)
+            if isinstance(response, m.ListOffsetsResponse):
+                for p in (p for t in response.topics for p in t.partitions):
+                    if p.error_code == ErrorCode.NONE and pm.needs_end_check():
+                        pm.confirm_gap(p.offset, self.now_ms)
+        request = m.ListOffsetsRequest([m.ListOffsetsTopic(tp.topic, [
+            m.ListOffsetsPartition(tp.partition, LATEST_TIMESTAMP)])])
+        self._send(self.target, self.target.leaders[tp], request, answered)
+
+
+def test_a_gap_behind_a_lagging_target_high_watermark_names_only_what_was_deleted() -> None:
+    """Seed 6213: a new target leader's high watermark says 24 while every replica holds
+    [0, 61), the mirror restarts and the source's log start moved to 122. The end probe
+    waits for the settled end (gap [61, 122)); the mutant confirming against ListOffsets
+    reports [24, 122), and the checks name the records it claims."""
+    run = mirror_schedule(6213, duration_ms=5_000)
+    assert run.gap_records > 0
+    with pytest.raises(InvariantViolation, match=r"claims \[24, 61\), which the target held"):
+        mirror_schedule(6213, duration_ms=5_000, mirror_class=HighWatermarkGapMirror)

@@ -247,3 +247,37 @@ def test_no_gap_when_the_target_already_went_further_than_this_mirror_knew() -> 
                       log_start_offset=120)
     assert pm.confirm_gap(150, 2) is None and not pm.gaps
     assert pm.fetch_offset == 150 and pm.wants_fetch(3)
+
+
+def test_a_gap_is_confirmed_against_the_settled_target_end_not_a_lagging_high_watermark() -> None:
+    """Seed 6213 of tests/sim/test_sim_mirror_regions.py: every target replica holds [0, 61),
+    the new target leader's high watermark still says 24, the mirror restarts and reads 24,
+    and the source's log now starts at 122. Confirmed against 24, the gap [24, 122) would
+    claim [24, 61), which the target had; the end probe's answer decides only once the
+    high watermark covers the log end."""
+    pm = PartitionMirror(TP)
+    pm.reset(24)  # ListOffsets on the new leader: its lagging high watermark
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=300,
+                      log_start_offset=122)
+    assert pm.needs_end_check()
+    assert pm.on_end_probe(high_watermark=24, log_end_offset=61, wall_ms=2) is None  # not settled
+    assert not pm.gaps and pm.needs_end_check() and not pm.wants_fetch(3)  # probed again
+    assert pm.on_end_probe(high_watermark=61, log_end_offset=61, wall_ms=3) is None  # the target went further
+    assert not pm.gaps and pm.fetch_offset == 61 and pm.wants_fetch(4)
+    _, epoch = pm.fetch_sent(4)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 4, 5, high_watermark=300,
+                      log_start_offset=122)
+    gap = pm.on_end_probe(high_watermark=61, log_end_offset=61, wall_ms=6)
+    assert gap is not None and (gap.from_offset, gap.to_offset) == (61, 122)
+    assert [(g.from_offset, g.to_offset) for g in pm.gaps] == [(61, 122)] and pm.gap_records == 61
+
+
+def test_the_end_probe_is_an_empty_mirror_append_that_never_moves_the_target() -> None:
+    """The probe's start_offset is below every log end: the broker restarts nothing."""
+    from mirror.partition import END_PROBE_START_OFFSET
+    from mq.broker.mirror_plan import plan_append
+    for log_end in (0, 24, 61):
+        plan = plan_append(b"", log_start_offset=0, log_end_offset=log_end, start_offset=END_PROBE_START_OFFSET,
+                           max_message_bytes=1 << 20, stored_batch=lambda offset: None)
+        assert (plan.restart_at, plan.appended, plan.duplicates) == (None, 0, 0)
