@@ -1,6 +1,7 @@
 """``mq broker kill|pause|resume|restart ID``: fault injection on a broker ``mq up`` started.
 
-The verbs act on the processes recorded in ``<data-dir>/cluster.json`` through
+The verbs act on the processes recorded in ``<data-dir>/cluster.json`` (``--region``
+names the region when several run: node ids repeat across regions) through
 ``mq.deploy.Launcher`` (the same methods ``mq.lab`` uses from a notebook): ``kill`` is a
 crash (SIGKILL), ``pause`` a hung process (SIGSTOP), ``resume`` undoes it (SIGCONT),
 ``restart`` stops gracefully and starts the broker again with its recorded arguments.
@@ -12,6 +13,7 @@ read as ``mq broker run --node-id N ...``, see ``with_default_verb``.
 from __future__ import annotations
 
 import argparse
+import os
 
 from mq.cli.common import CliError
 from mq.cli.output import console
@@ -49,6 +51,8 @@ def register(verbs: argparse._SubParsersAction, add_data_dir) -> None:
         summary, description = helps[verb]
         p = verbs.add_parser(verb, help=summary, description=description)
         p.add_argument("node_id", type=int, metavar="ID", help="the broker's node id (see `mq status`)")
+        p.add_argument("--region", metavar="NAME", default=None,
+                       help="the broker's region, when several run (default: $MQ_REGION)")
         add_data_dir(p)
         if verb == "restart":
             p.add_argument("--stop-timeout", type=float, default=15.0, metavar="SECONDS",
@@ -62,11 +66,17 @@ def run_verb(args: argparse.Namespace) -> int:
     from mq.deploy import DeployError, Launcher
 
     launcher = Launcher(args.data_dir)
+    region = args.region
     try:
+        if region is None and os.environ.get("MQ_REGION"):  # the environment's region matters among several
+            recorded = launcher.recorded()
+            if recorded is not None and len(recorded.regions) > 1:
+                region = os.environ["MQ_REGION"]
         if args.verb == "restart":
-            result = launcher.restart(args.node_id, stop_timeout_s=args.stop_timeout, ready_timeout_s=args.timeout)
+            result = launcher.restart(args.node_id, region=region, stop_timeout_s=args.stop_timeout,
+                                      ready_timeout_s=args.timeout)
         else:
-            result = getattr(launcher, args.verb)(args.node_id)
+            result = getattr(launcher, args.verb)(args.node_id, region=region)
     except DeployError as exc:
         err = CliError(exc.what, exc.todo)
         if exc.log_tail:

@@ -68,11 +68,17 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else the region `mq up` started here, "
              f"else {DEFAULT_BOOTSTRAP})",
     )
+    parser.add_argument("--region", metavar="NAME", default=None,
+                        help="talk to this region of the topology `mq up` started here (default: $MQ_REGION; "
+                             "--bootstrap wins)")
 
 
 def bootstrap_of(args: argparse.Namespace) -> str:
-    value = (getattr(args, "bootstrap", None) or os.environ.get("MQ_BOOTSTRAP") or recorded_bootstrap()
-             or DEFAULT_BOOTSTRAP)
+    """--bootstrap, else --region, else $MQ_BOOTSTRAP, else $MQ_REGION, else the one region
+    recorded in cluster.json (several: an error naming them), else localhost:9092."""
+    value = (getattr(args, "bootstrap", None) or region_bootstrap(getattr(args, "region", None), "--region")
+             or os.environ.get("MQ_BOOTSTRAP") or region_bootstrap(os.environ.get("MQ_REGION"), "MQ_REGION")
+             or recorded_bootstrap() or DEFAULT_BOOTSTRAP)
     for address in value.split(","):
         try:
             host_port(address.strip())
@@ -230,12 +236,58 @@ def check_partition(topic: str, partition: int | None, partitions: list[int]) ->
                        f"use --partition 0..{len(partitions) - 1}, or see `mq topic describe {topic}`")
 
 
-def recorded_bootstrap(data_dir: str = ".mq") -> str | None:
-    """The bootstrap list ``mq up`` recorded in ``<data_dir>/cluster.json`` (every
-    broker of the region, so commands keep working when the first one is down)."""
+def data_dir_of_env() -> str:
+    """Where client commands look for the topology `mq up` started: $MQ_DATA_DIR, else ./.mq."""
+    return os.environ.get("MQ_DATA_DIR") or ".mq"
+
+
+def _recorded_regions(data_dir: str) -> list[tuple[str, str]] | None:
+    """``[(region, bootstrap), ...]`` from ``<data_dir>/cluster.json``; None when absent."""
     try:
         with open(os.path.join(data_dir, "cluster.json"), encoding="utf-8") as f:
-            value = json.load(f).get("bootstrap")
-    except (OSError, ValueError, AttributeError):
+            state = json.load(f)
+    except (OSError, ValueError):
         return None
-    return value if isinstance(value, str) and value else None
+    if not isinstance(state, dict):
+        return None
+    if state.get("format") == 1:  # before regions
+        return [(str(state.get("topology", {}).get("name", "local")), str(state.get("bootstrap", "")))]
+    regions = state.get("regions")
+    if not isinstance(regions, list):
+        return None
+    return [(str(r.get("name")), str(r.get("bootstrap", ""))) for r in regions if isinstance(r, dict)]
+
+
+def region_bootstrap(name: str | None, flag: str = "--region") -> str | None:
+    """The bootstrap list of region ``name`` of the running topology (None when no name)."""
+    if not name:
+        return None
+    data_dir = data_dir_of_env()
+    regions = _recorded_regions(data_dir)
+    if regions is None:
+        raise CliError(f"{flag} {name}: no topology runs under {data_dir} (cluster.json not found)",
+                       "start one with `mq up`, set MQ_DATA_DIR to the data directory `mq up` used, "
+                       "or pass --bootstrap HOST:PORT", exit_code=EXIT_USAGE)
+    for region, bootstrap in regions:
+        if region == name:
+            return bootstrap
+    raise CliError(f"{flag} {name}: no such region under {data_dir} (regions: {', '.join(r for r, _ in regions)})",
+                   "pass one of them (see `mq status`)", exit_code=EXIT_USAGE)
+
+
+def recorded_bootstrap(data_dir: str | None = None) -> str | None:
+    """The bootstrap list ``mq up`` recorded in ``<data_dir>/cluster.json`` (every broker of
+    the region, so commands keep working when the first one is down). With several
+    regions there is no default: a CliError names them and asks for --region."""
+    data_dir = data_dir or data_dir_of_env()
+    regions = _recorded_regions(data_dir)
+    if not regions:
+        return None
+    if len(regions) > 1:
+        listed = "; ".join(f"{name} ({bootstrap})" for name, bootstrap in regions)
+        names = [name for name, _ in regions]
+        raise CliError(f"{len(regions)} regions run under {data_dir}: {listed}",
+                       f"say which with --region {' or --region '.join(names)} (or set MQ_REGION), "
+                       "or pass --bootstrap HOST:PORT", exit_code=EXIT_USAGE)
+    bootstrap = regions[0][1]
+    return bootstrap or None

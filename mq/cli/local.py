@@ -1,23 +1,21 @@
-"""``mq broker``, ``mq up``, ``mq down``, ``mq status``: run brokers on this machine.
+"""``mq broker``, ``mq up``, ``mq down``, ``mq status``: run brokers, links and mirrors on this machine.
 
 ``mq broker run`` (also ``mq broker --node-id ...``) runs one broker in the foreground
 (what the launcher starts, what a container runs); ``mq broker kill|pause|resume|restart``
 live in ``mq.cli.broker_ctl``. ``mq up`` starts the local topology in the background through
-``mq.deploy.Launcher``; ``mq down`` and ``mq status`` read ``<data-dir>/cluster.json``
+``mq.deploy.Launcher`` (``mq.cli.status`` shows it); ``mq down`` and ``mq status`` read ``<data-dir>/cluster.json``
 to find what it started.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
-from mq.cli import broker_ctl
+from mq.cli import broker_ctl, status
 from mq.cli.common import EXIT_USAGE, CliError, host_port, key_value, print_error
-from mq.cli.output import console, human_bytes, print_table, table
+from mq.cli.output import console
 from mq.core.config import BrokerConfig
 from mq.core.errors import MqError
 
@@ -43,14 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Prometheus /metrics address (default: the native port + 10000)")
     _add_config(p, "broker config override (Kafka names, e.g. log.segment.bytes=1048576)")
     p.set_defaults(func=run_broker)
-    broker_ctl.register(verbs, _add_data_dir)
+    broker_ctl.register(verbs, add_data_dir)
 
-    p = sub.add_parser("up", help="start a local region (three brokers) or one broker in the background",
-                       description="Start the brokers of a region file in the background, all at once, and wait\n"
-                                   "until a controller is elected and every broker is registered and unfenced.\n"
-                                   "FILE defaults to regions/default.yaml (in the current directory, else the one\n"
-                                   "shipped with mq): three brokers on 127.0.0.1:9092-9094, each a controller voter.\n"
-                                   "--single (or --listen) starts one broker instead. Does nothing if it already runs.")
+    p = sub.add_parser("up", help="start the regions, links and mirrors of a region file (or one broker)",
+                       description="Start what a region file names, in the background: the brokers of every region\n"
+                                   "(all at once), one WAN link process per pair of regions and, once every region\n"
+                                   "has an elected controller and every broker registered and unfenced, one mirror\n"
+                                   "process per flow (when the mirror service is installed). FILE defaults to\n"
+                                   "regions/default.yaml (in the current directory, else the one shipped with mq):\n"
+                                   "regions east (127.0.0.1:9092-9094) and west (127.0.0.1:9192-9194), a 40 ms link\n"
+                                   "pair and the flow east-to-west; regions/local.yaml is one three-broker region.\n"
+                                   "--single (or --listen) starts one broker instead. Does nothing if it already runs;\n"
+                                   "refuses a data directory that holds another topology.")
     p.add_argument("file", nargs="?", metavar="FILE", help="region file (default: regions/default.yaml)")
     p.add_argument("--single", action="store_true", help="start one broker (node 1) instead of a region")
     p.add_argument("--data-dir", default=None, metavar="DIR",
@@ -62,31 +64,33 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--single: Prometheus /metrics address (default: the native port + 10000)")
     _add_config(p, "broker config for every broker (Kafka names; overrides the file's configs)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for the brokers to be ready (default: 30)")
+                   help="how long to wait for the brokers and links to be ready (default: 30)")
     p.set_defaults(func=run_up)
 
-    p = sub.add_parser("down", help="stop the brokers started by `mq up`",
-                       description="SIGTERM every broker started by `mq up` at once (each hands its leadership\n"
-                                   "over, flushes and checkpoints), SIGKILL any still running after --timeout.\n"
-                                   "Data is kept.")
-    _add_data_dir(p)
+    p = sub.add_parser("down", help="stop everything `mq up` started (brokers, links, mirrors)",
+                       description="SIGTERM the mirrors, then every broker and link started by `mq up` at once (each\n"
+                                   "broker hands its leadership over, flushes and checkpoints), SIGKILL any still\n"
+                                   "running after --timeout. Data is kept.")
+    add_data_dir(p)
     p.add_argument("--timeout", type=float, default=DOWN_TIMEOUT_S, metavar="SECONDS",
                    help=f"grace period before SIGKILL (default: {DOWN_TIMEOUT_S:g})")
     p.set_defaults(func=run_down)
 
-    p = sub.add_parser("status", help="show the brokers, controller and partitions started by `mq up`",
-                       description="Show each broker started by `mq up` (pid, alive/paused/down, fenced, endpoints,\n"
-                                   "data size), the active controller and its epoch, and every partition's leader,\n"
-                                   "leader epoch, replicas, ISR and high watermark, asking any live broker.\n"
-                                   "Exits 1 when no broker runs.")
-    _add_data_dir(p)
+    p = sub.add_parser("status", help="show the regions, links and mirror flows started by `mq up`",
+                       description="Show, per region, each broker started by `mq up` (pid, alive/paused/down, fenced,\n"
+                                   "endpoints, data size), the active controller and its epoch, and every partition's\n"
+                                   "leader, leader epoch, replicas, ISR and high watermark, asking any live broker;\n"
+                                   "then the links between regions (state, latency, jitter, bandwidth, traffic) and\n"
+                                   "the mirror flows (process, and the mirror's own status: lag). Exits 1 when no\n"
+                                   "broker runs.")
+    add_data_dir(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--watch", type=float, metavar="SECONDS", default=None,
                    help="redraw every SECONDS until Ctrl-C (watch ISRs shrink and leaders move)")
-    p.set_defaults(func=run_status)
+    p.set_defaults(func=status.run_status)
 
 
-def _add_data_dir(p: argparse.ArgumentParser) -> None:
+def add_data_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR",
                    help=f"where `mq up` keeps brokers' data, logs and cluster.json (default: ./{DEFAULT_DATA_DIR})")
 
@@ -125,8 +129,9 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from mq.deploy import DeployError, Launcher, Topology
-    from mq.deploy.region import default_region_file, display_path, load_region
+    from mq.deploy import DeployError, Deployment, Launcher, Topology
+    from mq.deploy.region import default_region_file, display_path
+    from mq.deploy.regions_file import load_topology
 
     single = bool(args.single or args.listen or args.metrics_listen)
     if single and args.file:
@@ -137,27 +142,31 @@ def run_up(args: argparse.Namespace) -> int:
         if single:
             _check_broker_configs(args.config)
             data_dir = args.data_dir or DEFAULT_DATA_DIR
-            topology = Topology.single_broker(data_dir, listen=args.listen or DEFAULT_LISTEN,
-                                              metrics_listen=args.metrics_listen or "",
-                                              configs=tuple(args.config))
+            deployment = Deployment.of_region(Topology.single_broker(
+                data_dir, listen=args.listen or DEFAULT_LISTEN, metrics_listen=args.metrics_listen or "",
+                configs=tuple(args.config)))
             hint = "pick free ports with `mq up --listen HOST:PORT`"
         else:
             path = args.file or default_region_file()
-            topology = load_region(path, data_dir=args.data_dir, extra_configs=args.config)
-            data_dir = topology.data_dir
+            deployment = load_topology(path, data_dir=args.data_dir, extra_configs=args.config)
+            data_dir = deployment.data_dir
             hint = f"change the ports in {display_path(path)}"
     except DeployError as exc:
         raise CliError(exc.what, exc.todo, exit_code=EXIT_USAGE) from None
     try:
-        result = Launcher(data_dir).up(topology, ready_timeout_s=args.timeout, port_hint=hint)
+        result = Launcher(data_dir).up(deployment, ready_timeout_s=args.timeout, port_hint=hint)
     except DeployError as exc:
         print_error(CliError(exc.what, exc.todo))
         if exc.log_tail:
-            print("broker log (last lines):", file=sys.stderr)
+            one = len(deployment.regions) == 1 and not deployment.pairs
+            print("broker log (last lines):" if one else "logs (last lines):", file=sys.stderr)
             for line in exc.log_tail.splitlines():
                 print(f"  {line}", file=sys.stderr)
         return 1
-    _print_up(args, result, topology)
+    if len(result.deployment.regions) > 1:
+        _print_up_regions(result, deployment)
+    else:
+        _print_up(args, result, deployment.regions[0])
     return 0
 
 
@@ -199,6 +208,49 @@ def _print_up(args: argparse.Namespace, result, asked) -> None:
     _print_next_steps(topology.data_dir, topology.bootstrap, replicated=len(result.brokers) > 1)
 
 
+def _print_up_regions(result, asked) -> None:
+    """``mq up`` of several regions: per region its brokers, then the links and mirrors."""
+    out = console()
+    deployment = result.deployment
+    state = "already up" if result.already_running else "up"
+    data = _display_path(deployment.data_dir)
+    out.print(f"[bold green]mq is {state}[/]: regions {', '.join(deployment.region_names)}, "
+              f"{len(result.brokers)} brokers, {len(deployment.links)} links, {len(deployment.flows)} mirror "
+              f"flow{'s' if len(deployment.flows) != 1 else ''}, data in {data}")
+    if result.already_running and asked.to_json()["regions"] != deployment.to_json()["regions"]:
+        out.print("[yellow]note[/]: it runs as first started (see `mq status`); run `mq down` first to change it")
+    for region in deployment.regions:
+        out.print(f"region {region.name}: bootstrap {region.bootstrap}")
+        for b in (b for b in result.brokers if b.region == region.name):
+            out.print(f"  {b.spec.name}  pid {b.pid}  metrics http://{b.spec.metrics_endpoint}/metrics  "
+                      f"log {_display_path(b.spec.log_path)}")
+    for link in result.links:
+        pair = next(p for p in deployment.pairs if f"link/{p.name}" == link.service.key)
+        ways = ", ".join(f"{x.name} {x.settings.latency_ms:g} ms" for x in deployment.links
+                         if deployment.pair(x.source, x.target) is pair)
+        out.print(f"link {pair.name}: pid {link.pid}, {ways}; control {pair.control}, "
+                  f"log {_display_path(pair.log_path)}")
+    for flow, mirror in zip(deployment.flows, result.mirrors, strict=True):
+        running = f"pid {mirror.pid}, log {_display_path(flow.log_path)}" if mirror.alive else "[yellow]not running[/]"
+        out.print(f"mirror {flow.name}: {flow.source} -> {flow.target} ({flow.mode}), {running}")
+    if result.mirror_note:
+        out.print(f"[yellow]note[/]: {result.mirror_note}")
+    data_flag = "" if os.path.abspath(deployment.data_dir) == os.path.abspath(DEFAULT_DATA_DIR) else \
+        f" --data-dir {data}"
+    first, last = deployment.region_names[0], deployment.region_names[-1]
+    out.print("next:")
+    if data_flag:
+        out.print(f"  export MQ_DATA_DIR={data}    # client commands find the regions there")
+    out.print(f"  mq topic create orders --region {first} --partitions 3 --replication-factor 3 "
+              "--config min.insync.replicas=2")
+    out.print(f"  seq 1 1000 | sed 's/^/order-/' | mq produce orders --region {first}")
+    out.print(f"  mq consume orders --region {last} --from-beginning --max-messages 5")
+    if deployment.links:
+        x = deployment.links[0]
+        out.print(f"  mq link set {x.source} {x.target} --latency-ms 80{data_flag}    mq link list{data_flag}")
+    out.print(f"  mq status{data_flag}    mq down{data_flag}")
+
+
 def _print_next_steps(data_dir: str, bootstrap: str, *, replicated: bool) -> None:
     out = console()
     data_flag = "" if os.path.abspath(data_dir) == os.path.abspath(DEFAULT_DATA_DIR) else \
@@ -229,124 +281,14 @@ def run_down(args: argparse.Namespace) -> int:
         raise CliError(exc.what, exc.todo) from None
     out = console()
     if not results:
-        out.print(f"nothing to stop: no broker was started under {_display_path(os.path.abspath(args.data_dir))}")
+        out.print(f"nothing to stop: nothing was started under {_display_path(os.path.abspath(args.data_dir))}")
         return 0
     for r in results:
         if r.outcome == "stopped":
             out.print(f"stopped {r.name} (pid {r.pid}) in {r.waited_ms / 1000:.1f} s")
         elif r.outcome == "killed":
             out.print(f"[yellow]{r.name} (pid {r.pid}) did not exit within {args.timeout:g} s of SIGTERM; "
-                      "killed it with SIGKILL[/] (it will recover its log on the next start)")
+                      "killed it with SIGKILL[/] (a broker recovers its log on the next start)")
         else:
             out.print(f"{r.name} was not running (stale state removed)")
     return 0
-
-
-def run_status(args: argparse.Namespace) -> int:
-    if args.watch is None or args.json:
-        return _status_once(args)
-    if args.watch <= 0:
-        raise CliError(f"--watch {args.watch:g} is not a positive number of seconds", "try --watch 1")
-    out = console()
-    try:
-        while True:
-            out.clear()
-            out.print(f"[dim]{time.strftime('%H:%M:%S')} — every {args.watch:g} s, Ctrl-C to stop[/]")
-            try:
-                _status_once(args)
-            except CliError as err:  # the region may be down for a moment: keep watching
-                out.print(f"[red]{err}[/]")
-            time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return 0
-
-
-def _status_once(args: argparse.Namespace) -> int:
-    from mq.deploy import Launcher
-    from mq.deploy.cluster_view import describe
-
-    launcher = Launcher(args.data_dir)
-    brokers = launcher.status()
-    topology = launcher.recorded_topology()
-    running = any(b.alive for b in brokers)
-    live = [b for b in brokers if b.alive and not b.paused]
-    view = describe([b.spec.listen for b in live],
-                    skip=[b.spec.node_id for b in brokers if b not in live]) if live else None
-    if args.json:
-        doc = {"data_dir": launcher.data_dir, "running": running,
-               "region": topology.name if topology else None,
-               "bootstrap": topology.bootstrap if topology else None,
-               "voters": list(topology.voters) if topology else [],
-               "brokers": [_broker_json(b, view) for b in brokers],
-               "answered": view is not None,
-               "controller": ({"id": view.controller_id, "epoch": view.controller_epoch}
-                              if view is not None and view.controller_id >= 0 else None),
-               "partitions": [p.to_json() for p in view.partitions] if view is not None else []}
-        print(json.dumps(doc, indent=2))
-        return 0 if running else 1
-    if not brokers:
-        raise CliError(f"no broker runs under {_display_path(launcher.data_dir)}", "start one with `mq up`")
-    t = table("broker", "pid", "alive", "fenced", "endpoint", "metrics", "topics", "partitions", "log size")
-    for b in brokers:
-        alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
-                 else "[yellow]starting[/]" if b.alive else "[red]no[/]")
-        t.add_row(b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
-                  b.spec.metrics_endpoint, _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
-    print_table(t)
-    if not running:
-        raise CliError("no broker is running (cluster.json is stale)",
-                       f"see {_display_path(brokers[0].spec.log_path)}; start again with `mq up` "
-                       "(or one broker with `mq broker restart ID`)")
-    _print_cluster(view, live)
-    return 0
-
-
-def _broker_json(b, view) -> dict:
-    doc = b.to_json()
-    seen = view.broker(b.spec.node_id) if view is not None else None
-    doc["registered"] = None if view is None else seen is not None
-    doc["fenced"] = None if seen is None else seen.fenced
-    doc["state"] = "alive" if b.answering else "paused" if b.paused else "starting" if b.alive else "down"
-    return doc
-
-
-def _fenced_cell(node_id: int, view) -> str:
-    if view is None:
-        return "-"
-    seen = view.broker(node_id)
-    if seen is None:
-        return "[yellow]unregistered[/]"
-    return "[red]yes[/]" if seen.fenced else "no"
-
-
-def _print_cluster(view, live) -> None:
-    out = console()
-    if view is None:
-        asked = ", ".join(b.spec.name for b in live) or "none is alive and unpaused"
-        out.print(f"[yellow]no broker answered a Metadata request[/] (asked: {asked}): "
-                  "controller and partitions unknown")
-        return
-    if view.controller_id >= 0:
-        epoch = f", epoch {view.controller_epoch}" if view.controller_epoch >= 0 else ""
-        out.print(f"active controller: broker {view.controller_id}{epoch}")
-    else:
-        out.print("[yellow]active controller: none[/] (no quorum: a majority of the voters must run)")
-    if not view.partitions:
-        out.print("partitions: none (create a topic with `mq topic create`)")
-        return
-    t = table("topic", "partition", "leader", "leader epoch", "replicas", "isr", "high watermark",
-              "under-replicated", title="partitions")
-    for p in view.partitions:
-        leader = "[red]none[/]" if p.offline else str(p.leader)
-        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), _ids(p.replicas), _ids(p.isr),
-                  "-" if p.high_watermark is None else str(p.high_watermark),
-                  "[red]yes[/]" if p.under_replicated else "no")
-    print_table(t)
-
-
-def _ids(ids) -> str:
-    return ",".join(str(i) for i in ids) or "-"
-
-
-def _count(n: int | None) -> str:
-    return "-" if n is None else str(n)

@@ -12,14 +12,28 @@ import os
 import sys
 import traceback
 
-from mq.cli import bench, broker_ctl, consume, dump_log, group, local, produce, records_cmd, topic
+from mq.cli import (
+    bench,
+    broker_ctl,
+    consume,
+    dump_log,
+    group,
+    link,
+    local,
+    mirror_cmd,
+    produce,
+    records_cmd,
+    topic,
+)
 from mq.cli.common import CliError, Parser, bootstrap_of, debug, explain, print_error
 
 DESCRIPTION = """\
 mq: a Kafka-class event streaming platform.
 
 Start a broker with `mq up`, then create topics, produce and consume.
-Client commands find the broker with --bootstrap, else $MQ_BOOTSTRAP, else localhost:9092.
+Client commands find the broker with --bootstrap, else --region NAME (a region `mq up`
+started: its cluster.json in $MQ_DATA_DIR, else ./.mq), else $MQ_BOOTSTRAP, else
+$MQ_REGION, else the one region `mq up` started here, else localhost:9092.
 Set MQ_DEBUG=1 to see Python tracebacks."""
 
 
@@ -28,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=Parser)
     sub.required = True
     local.register(sub)
+    link.register(sub, local.add_data_dir)
     topic.register(sub)
     produce.register(sub)
     consume.register(sub)
@@ -35,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)
+    mirror_cmd.register(sub)
     return parser
 
 
@@ -42,6 +58,8 @@ def run(argv: list[str] | None = None) -> int:
     argv = broker_ctl.with_default_verb(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         return _guarded(lambda: bench.run_bench_argv(argv[1:]), None)
+    if argv[:1] == ["mirror"]:
+        return _guarded(lambda: mirror_cmd.run_mirror_argv(argv[1:]), None)
     try:
         args = build_parser().parse_args(argv)
     except CliError as err:

@@ -23,8 +23,10 @@ INTRO = """\
 
 Every command prints failures as one line on stderr, `error: <what was wrong> — <what to do>`,
 and exits with a non-zero code (2 for a usage error). Set `MQ_DEBUG=1` to see Python
-tracebacks. Client commands find the broker with `--bootstrap`, else `$MQ_BOOTSTRAP`,
-else `localhost:9092`.
+tracebacks. Client commands find the broker with `--bootstrap`, else `--region NAME` (a region
+of the topology `mq up` started: its `cluster.json` in `$MQ_DATA_DIR`, else `./.mq`), else
+`$MQ_BOOTSTRAP`, else `$MQ_REGION`, else the one region `mq up` started (with several regions
+running they ask for `--region`), else `localhost:9092`.
 
 Keys, values and header values in JSON output (`mq consume --format json`,
 `mq produce --report`): bytes that are valid UTF-8 are a JSON string; other bytes are

@@ -1,35 +1,50 @@
-"""Start, stop and inspect the broker processes of a ``Topology`` on this machine.
+"""Start, stop and inspect what a ``Deployment`` names, as processes on this machine.
 
-Each broker runs as a detached OS process (its own session, so closing the terminal
-that ran ``mq up`` does not stop it), with stdout and stderr appended to
-``<broker-dir>/broker.log`` and its pid in ``<broker-dir>/broker.pid``.
-``<data-dir>/cluster.json`` records the topology and the pids, so that ``mq status``
-and ``mq down``, run later from another shell, act on exactly what was started.
+``up`` starts the brokers of every region (all at once), one link process per pair of
+regions (``mq.deploy.link``) and, once every region is ready, one mirror process per
+flow (``python -m mirror run``, when the mirror package is installed). Each runs
+detached (``mq.deploy.services``) with its log and pid file under the data directory::
+
+    .mq/cluster.json              what runs (``mq.deploy.state``), removed by ``mq down``
+    .mq/topology.json             which topology the data belongs to, kept
+    .mq/east/broker-1/            a broker's partitions, metadata log, broker.log, broker.pid
+    .mq/links/east-west/          link.log, link.pid
+    .mq/mirror-east-to-west/      mirror.log, mirror.pid, the mirror's own status.json
+
+(a one-region file keeps the layout of before regions: ``.mq/broker-1/``). ``mq status``,
+``mq down`` and ``mq broker ...``, run later from another shell, act on exactly what
+cluster.json records. The broker verbs (kill, pause, resume, restart) live in
+``mq.deploy.broker_verbs``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
-from mq.deploy import probe, process
+from mq.deploy import probe, process, services
+from mq.deploy import state as cluster_state
+from mq.deploy.broker_verbs import BrokerAction, BrokerVerbs
 from mq.deploy.errors import DeployError
+from mq.deploy.links import control_request
 from mq.deploy.readiness import region_problems
-from mq.deploy.topology import BrokerSpec, Topology
+from mq.deploy.services import Service, StopResult
+from mq.deploy.topology import CLUSTER_FILE, BrokerSpec, Deployment, Topology
 from mq.protocol.messages import MetadataResponse
 
-STATE_FILE = "cluster.json"
-STATE_FORMAT = 1
+__all__ = ["BrokerAction", "BrokerStatus", "Launcher", "ServiceStatus", "StopResult", "UpResult", "log_tail"]
+
+STATE_FILE = CLUSTER_FILE
 LOG_TAIL_LINES = 20
 BROKER_MODULE = "mq.aio.runner"
 # A broker's SIGTERM is a controlled shutdown (leadership handed over, logs flushed):
 # give it this long before SIGKILL.
 DOWN_TIMEOUT_S = 15.0
+MIRROR_NOTE = ("the mirror service is not installed here (no `python -m mirror`): flows {flows} are recorded "
+               "in cluster.json but not started; `mq up` starts them once it is")
 
 
 @dataclass(frozen=True)
@@ -43,10 +58,11 @@ class BrokerStatus:
     log_bytes: int
     started_at_ms: int | None
     paused: bool = False  # alive but stopped by SIGSTOP (`mq broker pause`)
+    region: str = ""
 
     def to_json(self) -> dict:
         return {
-            "name": self.spec.name, "node_id": self.spec.node_id, "pid": self.pid,
+            "name": self.spec.name, "region": self.region, "node_id": self.spec.node_id, "pid": self.pid,
             "alive": self.alive, "answering": self.answering, "endpoint": self.spec.listen,
             "metrics": self.spec.metrics_endpoint, "data_dir": self.spec.data_dir,
             "log": self.spec.log_path, "topics": self.topics, "partitions": self.partitions,
@@ -55,30 +71,41 @@ class BrokerStatus:
 
 
 @dataclass(frozen=True)
+class ServiceStatus:
+    """A link or mirror process: recorded pid and whether it still runs."""
+
+    service: Service
+    pid: int | None
+    alive: bool
+    started_at_ms: int | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.service.key, "pid": self.pid, "alive": self.alive, "log": self.service.log_path,
+                "started_at_ms": self.started_at_ms}
+
+
+@dataclass(frozen=True)
 class UpResult:
-    topology: Topology
+    deployment: Deployment
     already_running: bool
     brokers: tuple[BrokerStatus, ...]
+    links: tuple[ServiceStatus, ...] = ()
+    mirrors: tuple[ServiceStatus, ...] = ()
+    mirror_note: str = ""
+
+    @property
+    def topology(self) -> Topology:
+        """The first (in a one-region deployment: the) region."""
+        return self.deployment.regions[0]
 
 
-@dataclass(frozen=True)
-class StopResult:
+@dataclass
+class _Started:
     name: str
-    pid: int | None
-    outcome: str  # "stopped" | "killed" | "not running"
-    waited_ms: int
-
-
-@dataclass(frozen=True)
-class BrokerAction:
-    """What ``kill``/``pause``/``resume``/``restart`` did to one broker."""
-
-    name: str
-    node_id: int
-    action: str  # "killed" | "paused" | "resumed" | "restarted"
-    pid: int | None  # the pid acted on; for "restarted", the new process
-    old_pid: int | None = None  # "restarted": the process stopped first, if one ran
-    waited_ms: int = 0
+    proc: subprocess.Popen
+    log_path: str
+    log_start: int
+    ready: bool = False
 
 
 def log_tail(path: str, *, start: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -92,163 +119,245 @@ def log_tail(path: str, *, start: int = 0, lines: int = LOG_TAIL_LINES) -> str:
     return b"\n".join(data.rstrip(b"\n").split(b"\n")[-lines:]).decode(errors="replace")
 
 
-class Launcher:
-    """Runs the brokers of a topology as local processes under its data directory."""
+class Launcher(BrokerVerbs):
+    """Runs a deployment as local processes under its data directory."""
 
     def __init__(self, data_dir: str, *, python: str = sys.executable) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.python = python
 
-    # ------------------------------------------------------------------ state file
+    # ------------------------------------------------------------------ what is recorded
 
     @property
     def state_path(self) -> str:
-        return os.path.join(self.data_dir, STATE_FILE)
+        return cluster_state.state_path(self.data_dir)
 
-    def _read_state(self) -> dict | None:
-        try:
-            with open(self.state_path, encoding="utf-8") as f:
-                state = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise DeployError(f"cannot read {self.state_path}: {exc}",
-                              "remove it after checking that no broker runs (`ps aux | grep mq`)") from None
-        return state if state.get("format") == STATE_FORMAT else None
+    def recorded(self) -> Deployment | None:
+        state = cluster_state.read_state(self.data_dir)
+        return cluster_state.deployment_of(state) if state else None
 
-    def _write_state(self, topology: Topology, pids: dict[str, dict]) -> None:
-        state = {"format": STATE_FORMAT, "bootstrap": topology.bootstrap,
-                 "topology": topology.to_json(), "processes": pids}
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, self.state_path)
+    @staticmethod
+    def broker_key(region: Topology, spec: BrokerSpec) -> str:
+        return f"{region.name}/{spec.name}"
 
-    def recorded_topology(self) -> Topology | None:
-        state = self._read_state()
-        return Topology.from_json(state["topology"]) if state else None
+    @staticmethod
+    def label(deployment: Deployment, region: Topology, spec: BrokerSpec) -> str:
+        """How messages name a broker: ``broker-2``, or ``east/broker-2`` among several regions."""
+        return f"{region.name}/{spec.name}" if len(deployment.regions) > 1 else spec.name
 
-    def _recorded_pid(self, state: dict | None, spec: BrokerSpec) -> tuple[int | None, int | None]:
-        entry = (state or {}).get("processes", {}).get(spec.name, {})
+    def services(self, deployment: Deployment) -> tuple[list[Service], list[Service]]:
+        """The link and mirror processes of ``deployment``."""
+        path = self.state_path
+        return ([services.link_service(self.python, path, p) for p in deployment.pairs],
+                [services.mirror_service(self.python, path, f) for f in deployment.flows])
+
+    def _recorded_pid(self, state: dict | None, key: str, pid_path: str) -> tuple[int | None, int | None]:
+        entry = (state or {}).get("processes", {}).get(key, {})
         pid = entry.get("pid")
         if pid is None:
-            try:
-                with open(spec.pid_path, encoding="ascii") as f:
-                    pid = int(f.read().strip())
-            except (OSError, ValueError):
-                pid = None
+            pid = services.read_pid(pid_path)
         return pid, entry.get("started_at_ms")
 
-    def _running_pid(self, state: dict | None, spec: BrokerSpec) -> int | None:
-        pid, _ = self._recorded_pid(state, spec)
+    def _running_broker(self, state: dict | None, region: Topology, spec: BrokerSpec) -> int | None:
+        pid, _ = self._recorded_pid(state, self.broker_key(region, spec), spec.pid_path)
         return pid if pid is not None and process.runs(pid, spec.data_dir) else None
+
+    def _running_service(self, state: dict | None, svc: Service) -> int | None:
+        pid, _ = self._recorded_pid(state, svc.key, svc.pid_path)
+        return pid if pid is not None and process.runs(pid, *svc.markers) else None
+
+    def _record(self, key: str, proc: subprocess.Popen, log_path: str) -> None:
+        entry = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000, "command": proc.args,
+                 "log": log_path}
+        cluster_state.update_state(self.data_dir, lambda s: {**s, "processes": {**s.get("processes", {}),
+                                                                                key: entry}})
+
+    def _forget(self, keys: list[str], pid_paths: list[str]) -> None:
+        """Drop processes that are not running from their pid files and cluster.json (the
+        file goes when nothing is left in it)."""
+        for path in pid_paths:
+            services.remove_file(path)
+
+        def change(state: dict) -> dict | None:
+            processes = {k: v for k, v in state.get("processes", {}).items() if k not in keys}
+            return {**state, "processes": processes} if processes else None
+
+        cluster_state.update_state(self.data_dir, change)
 
     # ------------------------------------------------------------------ up
 
-    def up(self, topology: Topology, *, ready_timeout_s: float = 30.0,
+    def up(self, what: Deployment | Topology, *, ready_timeout_s: float = 30.0,
            port_hint: str = "pick free ports with `mq up --listen HOST:PORT`") -> UpResult:
-        """Start every broker of ``topology`` that is not already running, all at once; wait
-        until each answers and the region is ready (``mq.deploy.readiness``: an active
-        controller, every broker registered and unfenced). Idempotent: a running topology
-        is reported, not restarted. On failure the brokers this call started are stopped."""
-        state = self._read_state()
-        recorded = Topology.from_json(state["topology"]) if state else None
-        if recorded is not None and all(self._running_pid(state, b) for b in recorded.brokers):
-            return UpResult(recorded, True, tuple(self.status()))
-        if recorded is not None and any(self._running_pid(state, b) for b in recorded.brokers):
-            topology = recorded  # partly up: complete what was started, keep its addresses
-        to_start = [spec for spec in topology.brokers if not self._running_pid(state, spec)]
-        for spec in to_start:  # every port first: never leave half a region running
-            self._check_free(spec, port_hint)
-        os.makedirs(self.data_dir, exist_ok=True)
-        processes: dict[str, dict] = dict((state or {}).get("processes", {}))
-        started: list[tuple[BrokerSpec, subprocess.Popen, int]] = []
+        """Start every process of ``what`` that is not already running and wait until each
+        region is ready (``mq.deploy.readiness``) and each link answers; then start the
+        mirrors. Idempotent: a running deployment is reported, not restarted. On failure
+        the processes this call started are stopped. A data directory holding another
+        topology is refused."""
+        deployment = what if isinstance(what, Deployment) else Deployment.of_region(what)
+        state = cluster_state.read_state(self.data_dir)
+        recorded = cluster_state.deployment_of(state) if state else None
+        self._refuse_foreign(state, recorded, deployment)
+        if recorded is not None and self._anything_running(state, recorded):
+            deployment = recorded  # (partly) up: complete what was started, keep its addresses
+        links, mirrors = self.services(deployment)
+        brokers = [(r, s) for r in deployment.regions for s in r.brokers if not self._running_broker(state, r, s)]
+        new_links = [svc for svc in links if not self._running_service(state, svc)]
+        already = not brokers and not new_links
+        for region, spec in brokers:  # every port first: never leave half a deployment running
+            self._check_free(spec.listen, f"native port of {self.label(deployment, region, spec)}", port_hint)
+            self._check_free(spec.metrics_endpoint, f"metrics port of {self.label(deployment, region, spec)}",
+                             port_hint)
+        for pair in deployment.pairs:
+            if any(svc.key == f"link/{pair.name}" for svc in new_links):
+                for route in pair.routes:
+                    self._check_free(route.listen, f"link {pair.name} port for {route.region} broker "
+                                     f"{route.node_id}", port_hint)
+                self._check_free(pair.control, f"control port of link {pair.name}", port_hint)
+        if not already:
+            with cluster_state.locked(self.data_dir):
+                current = cluster_state.read_state(self.data_dir)
+                processes = dict((current or {}).get("processes", {}))
+                cluster_state.write_state(self.data_dir, deployment, processes)
+        started: list[tuple[_Started, str, str]] = []  # (process, key, pid file)
         try:
-            for spec in to_start:
-                proc, log_start = self._spawn(spec)
-                processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
-                                        "command": proc.args, "log": spec.log_path}
-                self._write_state(topology, processes)
-                started.append((spec, proc, log_start))
-            self._wait_ready(topology, started, list(topology.brokers), [b.node_id for b in topology.brokers],
-                             ready_timeout_s)
+            for region, spec in brokers:
+                proc, log_start = self._spawn_broker(spec)
+                key = self.broker_key(region, spec)
+                self._record(key, proc, spec.log_path)
+                started.append((_Started(self.label(deployment, region, spec), proc, spec.log_path, log_start),
+                                key, spec.pid_path))
+            for svc in new_links:
+                proc, log_start = services.spawn(svc.command, log_path=svc.log_path, pid_path=svc.pid_path,
+                                                 cwd=svc.data_dir)
+                self._record(svc.key, proc, svc.log_path)
+                started.append((_Started(svc.key, proc, svc.log_path, log_start), svc.key, svc.pid_path))
+            checks = [(r, list(r.brokers), [b.node_id for b in r.brokers]) for r in deployment.regions]
+            self._wait_ready(deployment, [s for s, _, _ in started], checks, ready_timeout_s)
         except BaseException:
-            for spec, proc, _ in started:
-                if proc.poll() is None:
-                    self._stop_all([(spec, proc.pid)], 5.0)
-                    proc.wait()
-                self._forget(spec)
+            self._stop_started(started)
             raise
-        return UpResult(topology, False, tuple(self.status()))
+        cluster_state.write_marker(self.data_dir, deployment)
+        mirror_note = self._start_mirrors(mirrors)
+        link_status, mirror_status = self.service_status()
+        return UpResult(deployment, already, tuple(self.status()), tuple(link_status), tuple(mirror_status),
+                        mirror_note)
 
-    def _check_free(self, spec: BrokerSpec, hint: str = "pick free ports") -> None:
-        for what, address in (("native", spec.listen), ("metrics", spec.metrics_endpoint)):
-            if probe.port_in_use(address):
-                raise DeployError(
-                    f"{address} ({what} port of {spec.name}) is already in use by another process",
-                    f"stop it, or {hint}",
-                )
+    def _refuse_foreign(self, state: dict | None, recorded: Deployment | None, asked: Deployment) -> None:
+        if recorded is not None and cluster_state.fingerprint(recorded) != cluster_state.fingerprint(asked):
+            running = self._anything_running(state, recorded)
+            there = cluster_state.describe_fingerprint(cluster_state.fingerprint(recorded))
+            there += " (running)" if running else " (stopped)"
+        else:
+            there = cluster_state.foreign_data(self.data_dir, asked)
+            running = False
+        if there is None:
+            return
+        shown = _shown(self.data_dir)
+        flag = "" if shown == ".mq" else f" --data-dir {shown}"
+        wanted = cluster_state.describe_fingerprint(cluster_state.fingerprint(asked))
+        stop = f"stop it with `mq down{flag}`, then " if running else ""
+        raise DeployError(f"{shown} holds another topology: {there}; asked for {wanted}",
+                          f"{stop}remove {shown} (its data goes with it), or start this one in another directory "
+                          "with --data-dir DIR")
 
-    def _spawn(self, spec: BrokerSpec, *, reason: str = "mq up") -> tuple[subprocess.Popen, int]:
-        os.makedirs(spec.data_dir, exist_ok=True)
+    def _anything_running(self, state: dict | None, deployment: Deployment) -> bool:
+        links, mirrors = self.services(deployment)
+        return any(self._running_broker(state, r, s) for r in deployment.regions for s in r.brokers) or \
+            any(self._running_service(state, svc) for svc in (*links, *mirrors))
+
+    def _start_mirrors(self, mirrors: list[Service]) -> str:
+        """Start the mirror processes not running yet; a note when mirror is not installed."""
+        state = cluster_state.read_state(self.data_dir)
+        todo = [svc for svc in mirrors if not self._running_service(state, svc)]
+        if not todo:
+            return ""
+        if not services.mirror_available():
+            return MIRROR_NOTE.format(flows=", ".join(svc.key.split("/", 1)[1] for svc in todo))
+        for svc in todo:
+            proc, _ = services.spawn(svc.command, log_path=svc.log_path, pid_path=svc.pid_path, cwd=svc.data_dir)
+            self._record(svc.key, proc, svc.log_path)
+        return ""
+
+    def _stop_started(self, started: list[tuple[_Started, str, str]]) -> None:
+        running = [(s, key, path) for s, key, path in started if s.proc.poll() is None]
+        services.stop_all([(s.name, s.proc.pid) for s, _, _ in running], 5.0)
+        for s, _, _ in started:
+            s.proc.wait()
+        self._forget([key for _, key, _ in started], [path for _, _, path in started])
+
+    @staticmethod
+    def _check_free(address: str, what: str, hint: str = "pick free ports") -> None:
+        if probe.port_in_use(address):
+            raise DeployError(f"{address} ({what}) is already in use by another process", f"stop it, or {hint}")
+
+    def _spawn_broker(self, spec: BrokerSpec, *, reason: str = "mq up") -> tuple[subprocess.Popen, int]:
         # The broker's own entry point (what `mq broker` execs): `mq up` already checked
         # the arguments, and one interpreter start is saved.
         command = [self.python, "-m", BROKER_MODULE, *spec.broker_args()]
-        log = open(spec.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
-        try:
-            log_start = log.tell()
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            log.write(f"--- {reason} {stamp}: {' '.join(command)}\n".encode())
-            log.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, cwd=self.data_dir, env=env,
-            )
-        finally:
-            log.close()
-        with open(spec.pid_path, "w", encoding="ascii") as f:
-            f.write(f"{proc.pid}\n")
-        return proc, log_start
+        return services.spawn(command, log_path=spec.log_path, pid_path=spec.pid_path, cwd=spec.data_dir,
+                              reason=reason)
 
-    def _wait_ready(self, topology: Topology, started: list[tuple[BrokerSpec, subprocess.Popen, int]],
-                    asked: list[BrokerSpec], required: list[int], timeout_s: float) -> None:
-        """Poll until every started broker answers ApiVersions and every broker in ``asked``
-        reports an active controller and the ``required`` brokers registered and unfenced.
-        A broker that exits, or the deadline, raises DeployError with the logs' tails."""
+    def _wait_ready(self, deployment: Deployment, started: list[_Started],
+                    checks: list[tuple[Topology, list[BrokerSpec], list[int]]], timeout_s: float) -> None:
+        """Poll until every started broker answers ApiVersions, every started link answers
+        on its control port, and in each ``(region, asked, required)`` every broker asked
+        reports an active controller and the required brokers registered and unfenced. A
+        process that exits, or the deadline, raises DeployError with the logs' tails."""
         deadline = time.monotonic() + timeout_s
-        silent = [spec for spec, _, _ in started]
+        probes = self._probes(deployment)
         problems: list[str] = []
         while True:
-            for spec, proc, log_start in started:
-                code = proc.poll()
+            for s in started:
+                code = s.proc.poll()
                 if code is not None:
-                    raise DeployError(
-                        f"{spec.name} exited with code {code} before it answered on {spec.listen}",
-                        f"see {_shown(spec.log_path)}", log_tail=log_tail(spec.log_path, start=log_start))
-            for spec in list(silent):
-                try:
-                    probe.api_versions(spec.listen, timeout_s=0.5)
-                    silent.remove(spec)
-                except probe.ProbeError:
-                    pass
-            if not silent:
-                problems = region_problems(asked, required, self._ask_metadata(asked))
+                    raise DeployError(f"{s.name} exited with code {code} before it was ready",
+                                      f"see {_shown(s.log_path)}", log_tail=log_tail(s.log_path, start=s.log_start))
+            for s in started:
+                if not s.ready:
+                    s.ready = probes[s.name]()
+            if all(s.ready for s in started):
+                problems = []
+                for region, asked, required in checks:
+                    found = region_problems(asked, required, self._ask_metadata(asked))
+                    problems += [f"{region.name}: {p}" if len(deployment.regions) > 1 else p for p in found]
                 if not problems:
                     return
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        tails = _log_tails([(spec, start) for spec, _, start in started])
+        tails = _log_tails([(s.name, s.log_path, s.log_start) for s in started])
+        silent = [s.name for s in started if not s.ready]
         if silent:
-            names = ", ".join(f"{s.name} on {s.listen}" for s in silent)
-            raise DeployError(f"{names} did not answer within {timeout_s:g} s",
-                              "see the broker log, or retry with a longer --timeout", log_tail=tails)
+            raise DeployError(f"{', '.join(silent)} did not answer within {timeout_s:g} s",
+                              "see the log, or retry with a longer --timeout", log_tail=tails)
+        names = ", ".join(r.name for r, _, _ in checks)
         raise DeployError(
-            f"region {topology.name} was not ready within {timeout_s:g} s: {'; '.join(problems[:4])}",
+            f"region {names} was not ready within {timeout_s:g} s: {'; '.join(problems[:4])}",
             "a region needs a majority of its voters running (`mq status` shows them); see the broker "
             "logs, or retry with a longer --timeout", log_tail=tails)
+
+    def _probes(self, deployment: Deployment) -> dict:
+        """``{process name: () -> answers?}`` for every broker and link of ``deployment``."""
+        def broker(address: str):
+            def answers() -> bool:
+                try:
+                    probe.api_versions(address, timeout_s=0.5)
+                    return True
+                except probe.ProbeError:
+                    return False
+            return answers
+
+        def link(address: str):
+            def answers() -> bool:
+                try:
+                    return bool(control_request(address, {"op": "list"}, timeout_s=0.5).get("ok"))
+                except (OSError, ValueError):
+                    return False
+            return answers
+
+        found = {self.label(deployment, r, s): broker(s.listen) for r in deployment.regions for s in r.brokers}
+        found.update({f"link/{p.name}": link(p.control) for p in deployment.pairs})
+        return found
 
     @staticmethod
     def _ask_metadata(specs: list[BrokerSpec]) -> dict[int, MetadataResponse | str]:
@@ -260,85 +369,63 @@ class Launcher:
                 answers[spec.node_id] = str(exc)
         return answers
 
-    def _forget(self, spec: BrokerSpec) -> None:
-        """Drop a broker that is not running from the pid file and cluster.json."""
-        try:
-            os.remove(spec.pid_path)
-        except FileNotFoundError:
-            pass
-        state = self._read_state()
-        if state is None:
-            return
-        processes = dict(state.get("processes", {}))
-        processes.pop(spec.name, None)
-        if processes:
-            self._write_state(Topology.from_json(state["topology"]), processes)
-        else:
-            os.remove(self.state_path)
-
     # ------------------------------------------------------------------ down
 
     def down(self, *, timeout_s: float = DOWN_TIMEOUT_S) -> list[StopResult]:
-        """SIGTERM every broker at once (each does a controlled shutdown: hands its
-        leadership over, flushes, checkpoints), SIGKILL any still alive after
-        ``timeout_s``. Data stays; only the process state is removed."""
-        state = self._read_state()
+        """Stop the mirrors first (SIGTERM), then every broker and link at once (a broker's
+        SIGTERM is a controlled shutdown: it hands its leadership over, flushes,
+        checkpoints); SIGKILL whatever still runs after ``timeout_s``. Data stays; only the
+        process state is removed."""
+        state = cluster_state.read_state(self.data_dir)
         if state is None:
             return []
-        topology = Topology.from_json(state["topology"])
-        results = self._stop_all([(spec, self._running_pid(state, spec)) for spec in topology.brokers],
-                                 timeout_s)
-        for spec in topology.brokers:
-            self._forget(spec)
-        if os.path.exists(self.state_path):
-            os.remove(self.state_path)
-        return results
+        deployment = cluster_state.deployment_of(state)
+        links, mirrors = self.services(deployment)
+        results = services.stop_all([(svc.key, self._running_service(state, svc)) for svc in mirrors], timeout_s)
+        brokers = [(self.label(deployment, r, s), self._running_broker(state, r, s))
+                   for r in deployment.regions for s in r.brokers]
+        results += services.stop_all([*brokers, *((svc.key, self._running_service(state, svc)) for svc in links)],
+                                     timeout_s)
+        for region in deployment.regions:
+            for spec in region.brokers:
+                services.remove_file(spec.pid_path)
+        for svc in (*links, *mirrors):
+            services.remove_file(svc.pid_path)
+        with cluster_state.locked(self.data_dir):
+            cluster_state.remove_state(self.data_dir)
+        return [r for r in results if r.pid is not None or not r.name.startswith("mirror/")]  # never started: silent
 
     @staticmethod
     def _stop_all(targets: list[tuple[BrokerSpec, int | None]], timeout_s: float) -> list[StopResult]:
-        """SIGTERM every pid (SIGCONT too: a paused process only handles it once running),
-        wait for all up to ``timeout_s``, SIGKILL the rest. One StopResult per target, in order."""
-        started = time.monotonic()
-        outcome: dict[str, tuple[str, int]] = {}
-        waiting: list[tuple[BrokerSpec, int]] = []
-        for spec, pid in targets:
-            if pid is None or not process.send_signal(pid, signal.SIGTERM):
-                outcome[spec.name] = ("not running", 0)
-            else:
-                process.send_signal(pid, signal.SIGCONT)
-                waiting.append((spec, pid))
-        deadline = started + timeout_s
-        while waiting:
-            for spec, pid in list(waiting):
-                if not process.is_alive(pid):
-                    outcome[spec.name] = ("stopped", int((time.monotonic() - started) * 1000))
-                    waiting.remove((spec, pid))
-            if not waiting or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        for spec, pid in waiting:
-            process.send_signal(pid, signal.SIGKILL)
-        for spec, pid in waiting:
-            process.wait_for_exit(pid, 5.0)
-            outcome[spec.name] = ("killed", int((time.monotonic() - started) * 1000))
-        return [StopResult(spec.name, pid, *outcome[spec.name]) for spec, pid in targets]
-
-    @classmethod
-    def _stop(cls, spec: BrokerSpec, pid: int | None, timeout_s: float) -> StopResult:
-        return cls._stop_all([(spec, pid)], timeout_s)[0]
+        return services.stop_all([(spec.name, pid) for spec, pid in targets], timeout_s)
 
     # ------------------------------------------------------------------ status
 
     def status(self) -> list[BrokerStatus]:
-        """One ``BrokerStatus`` per recorded broker (empty when nothing was started)."""
-        state = self._read_state()
+        """One ``BrokerStatus`` per recorded broker of every region (empty when nothing was
+        started)."""
+        state = cluster_state.read_state(self.data_dir)
         if state is None:
             return []
-        return [self._broker_status(state, spec)
-                for spec in Topology.from_json(state["topology"]).brokers]
+        deployment = cluster_state.deployment_of(state)
+        return [self._broker_status(state, r, s) for r in deployment.regions for s in r.brokers]
 
-    def _broker_status(self, state: dict, spec: BrokerSpec) -> BrokerStatus:
-        pid, started_at_ms = self._recorded_pid(state, spec)
+    def service_status(self) -> tuple[list[ServiceStatus], list[ServiceStatus]]:
+        """The recorded link and mirror processes and whether each runs."""
+        state = cluster_state.read_state(self.data_dir)
+        if state is None:
+            return [], []
+        links, mirrors = self.services(cluster_state.deployment_of(state))
+
+        def one(svc: Service) -> ServiceStatus:
+            pid = self._running_service(state, svc)
+            _, started = self._recorded_pid(state, svc.key, svc.pid_path)
+            return ServiceStatus(svc, pid, pid is not None, started if pid is not None else None)
+
+        return [one(s) for s in links], [one(s) for s in mirrors]
+
+    def _broker_status(self, state: dict, region: Topology, spec: BrokerSpec) -> BrokerStatus:
+        pid, started_at_ms = self._recorded_pid(state, self.broker_key(region, spec), spec.pid_path)
         alive = pid is not None and process.runs(pid, spec.data_dir)
         paused = alive and process.is_paused(pid)
         answering, topics, partitions = False, None, None
@@ -353,100 +440,7 @@ class Launcher:
         if topics is None:
             topics, partitions = _partitions_on_disk(spec.data_dir)
         return BrokerStatus(spec, pid if alive else None, alive, answering, topics, partitions,
-                            _log_bytes(spec.data_dir), started_at_ms if alive else None, paused)
-
-    # ------------------------------------------------------------------ one broker
-
-    def _display_state_path(self) -> str:
-        rel = os.path.relpath(self.state_path)
-        return self.state_path if rel.startswith("..") else rel
-
-    def _find(self, node_id: int) -> tuple[dict, Topology, BrokerSpec]:
-        """The recorded state, topology and spec of broker ``node_id``, or a DeployError."""
-        state = self._read_state()
-        if state is None:
-            raise DeployError(f"no cluster under {os.path.dirname(self._display_state_path()) or '.'}"
-                              f" ({STATE_FILE} not found)", "start one with `mq up`")
-        topology = Topology.from_json(state["topology"])
-        for spec in topology.brokers:
-            if spec.node_id == node_id:
-                return state, topology, spec
-        raise DeployError(f"no broker {node_id} in {self._display_state_path()}", "see `mq status`")
-
-    def _find_running(self, node_id: int) -> tuple[BrokerSpec, int]:
-        _, _, spec = self._find(node_id)
-        pid = self._running_pid(self._read_state(), spec)
-        if pid is None:
-            raise DeployError(f"{spec.name} is not running",
-                              f"start it again with `mq broker restart {node_id}`")
-        return spec, pid
-
-    def kill(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
-        """SIGKILL broker ``node_id`` (a crash: no flush, no checkpoint). Its pid file and
-        cluster.json entry stay, now stale, so ``status`` shows it dead and ``restart`` knows
-        how to start it again."""
-        spec, pid = self._find_running(node_id)
-        started = time.monotonic()
-        process.send_signal(pid, signal.SIGKILL)  # also ends a paused process
-        if not process.wait_for_exit(pid, timeout_s):
-            raise DeployError(f"{spec.name} (pid {pid}) is still alive {timeout_s:g} s after SIGKILL",
-                              f"check it with `ps -p {pid}`")
-        return BrokerAction(spec.name, node_id, "killed", pid,
-                            waited_ms=int((time.monotonic() - started) * 1000))
-
-    def pause(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
-        """SIGSTOP broker ``node_id``: it keeps its sockets but answers nothing (a hung
-        process or a long GC pause, as clients and peers see it) until ``resume``."""
-        spec, pid = self._find_running(node_id)
-        if process.is_paused(pid):
-            raise DeployError(f"{spec.name} is already paused", f"resume it with `mq broker resume {node_id}`")
-        process.send_signal(pid, signal.SIGSTOP)
-        if not process.wait_for_state(pid, True, timeout_s):
-            raise DeployError(f"{spec.name} (pid {pid}) did not stop after SIGSTOP", f"check it with `ps -p {pid}`")
-        return BrokerAction(spec.name, node_id, "paused", pid)
-
-    def resume(self, node_id: int, *, timeout_s: float = 5.0) -> BrokerAction:
-        """SIGCONT a broker stopped by ``pause``."""
-        spec, pid = self._find_running(node_id)
-        if not process.is_paused(pid):
-            raise DeployError(f"{spec.name} is not paused", f"pause it first with `mq broker pause {node_id}`")
-        process.send_signal(pid, signal.SIGCONT)
-        if not process.wait_for_state(pid, False, timeout_s):
-            raise DeployError(f"{spec.name} (pid {pid}) did not continue after SIGCONT",
-                              f"check it with `ps -p {pid}`")
-        return BrokerAction(spec.name, node_id, "resumed", pid)
-
-    def restart(self, node_id: int, *, stop_timeout_s: float = DOWN_TIMEOUT_S,
-                ready_timeout_s: float = 30.0) -> BrokerAction:
-        """Stop broker ``node_id`` gracefully if it runs (SIGTERM, SIGKILL after
-        ``stop_timeout_s``), then start it with the arguments recorded in cluster.json and
-        wait until it answers and sees an active controller with itself registered and
-        unfenced. Also starts a killed broker."""
-        state, topology, spec = self._find(node_id)
-        started = time.monotonic()
-        old_pid = self._running_pid(state, spec)
-        if old_pid is not None:
-            self._stop(spec, old_pid, stop_timeout_s)  # SIGCONTs a paused broker too
-        self._check_free(spec)
-        proc, log_start = self._spawn(spec, reason="mq broker restart")
-        processes = dict((self._read_state() or state).get("processes", {}))
-        processes[spec.name] = {"pid": proc.pid, "started_at_ms": time.time_ns() // 1_000_000,
-                                "command": proc.args, "log": spec.log_path}
-        self._write_state(topology, processes)
-        try:
-            self._wait_ready(topology, [(spec, proc, log_start)], [spec], [node_id], ready_timeout_s)
-        except DeployError as exc:
-            if proc.poll() is None and "was not ready" in exc.what:
-                raise DeployError(  # it runs and keeps trying to join: leave it to the user
-                    exc.what.replace(f"region {topology.name}", spec.name, 1),
-                    f"it keeps running and trying; {exc.todo}", log_tail=exc.log_tail) from None
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            self._forget(spec)
-            raise
-        return BrokerAction(spec.name, node_id, "restarted", proc.pid, old_pid,
-                            int((time.monotonic() - started) * 1000))
+                            _log_bytes(spec.data_dir), started_at_ms if alive else None, paused, region.name)
 
 
 def _shown(path: str) -> str:
@@ -454,16 +448,16 @@ def _shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _log_tails(entries: list[tuple[BrokerSpec, int]], *, lines: int = LOG_TAIL_LINES) -> str:
-    """The tail of each broker's log since ``start``; several brokers share the lines."""
+def _log_tails(entries: list[tuple[str, str, int]], *, lines: int = LOG_TAIL_LINES) -> str:
+    """The tail of each log since ``start``; several processes share the lines."""
     if len(entries) == 1:
-        spec, start = entries[0]
-        return log_tail(spec.log_path, start=start, lines=lines)
+        _, path, start = entries[0]
+        return log_tail(path, start=start, lines=lines)
     per = max(5, lines // len(entries))
     parts = []
-    for spec, start in entries:
-        tail = log_tail(spec.log_path, start=start, lines=per)
-        parts.append(f"{spec.name} ({_shown(spec.log_path)}):\n" + "\n".join(f"  {t}" for t in tail.splitlines()))
+    for name, path, start in entries:
+        tail = log_tail(path, start=start, lines=per)
+        parts.append(f"{name} ({_shown(path)}):\n" + "\n".join(f"  {t}" for t in tail.splitlines()))
     return "\n".join(parts)
 
 

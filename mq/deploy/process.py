@@ -74,12 +74,12 @@ def command_line(pid: int) -> list[str] | None:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def runs(pid: int, marker: str) -> bool:
-    """True when ``pid`` is alive and (where we can check) its argv contains ``marker``."""
+def runs(pid: int, *markers: str) -> bool:
+    """True when ``pid`` is alive and (where we can check) its argv contains every marker."""
     if not is_alive(pid):
         return False
     argv = command_line(pid)
-    return argv is None or marker in argv
+    return argv is None or all(marker in argv for marker in markers)
 
 
 def wait_for_exit(pid: int, timeout_s: float) -> bool:

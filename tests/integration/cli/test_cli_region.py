@@ -67,7 +67,7 @@ def test_region_up_status_kill_failover_down(tmp_path):
         assert doc["controller"] is not None and doc["controller"]["id"] in (1, 2, 3)
         assert [(b["node_id"], b["state"], b["registered"], b["fenced"]) for b in doc["brokers"]] == [
             (1, "alive", True, False), (2, "alive", True, False), (3, "alive", True, False)]
-        cmdline = json.loads((tmp_path / "data" / "cluster.json").read_text())["processes"]["broker-2"]["command"]
+        cmdline = json.loads((tmp_path / "data" / "cluster.json").read_text())["processes"]["test/broker-2"]["command"]
         assert f"controller.quorum.voters=1@{listens[0]},2@{listens[1]},3@{listens[2]}" in cmdline
 
         created = run_mq("topic", "create", "payments", "--partitions", "3", "--replication-factor", "3",

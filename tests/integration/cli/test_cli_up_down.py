@@ -29,14 +29,14 @@ def test_up_status_kill_up_down(tmp_path):
         out = up.stdout.decode()
         assert "mq is up" in out and listen in out and "/metrics" in out and "mq topic create" in out
         state = json.loads((data_dir / "cluster.json").read_text())
-        pid = state["processes"]["broker-1"]["pid"]
+        pid = state["processes"]["local/broker-1"]["pid"]
         assert (data_dir / "broker-1" / "broker.pid").read_text().strip() == str(pid)
         assert (data_dir / "broker-1" / "broker.log").exists()
         assert is_alive(pid)
 
         again = run_mq("up", *args, "--listen", listen, env=env)
         assert again.returncode == 0 and b"already up" in again.stdout
-        assert json.loads((data_dir / "cluster.json").read_text())["processes"]["broker-1"]["pid"] == pid
+        assert json.loads((data_dir / "cluster.json").read_text())["processes"]["local/broker-1"]["pid"] == pid
 
         assert run_mq("topic", "create", "t1", "--partitions", "2", env=env).returncode == 0
         status = run_mq("status", *args, "--json", env=env)
@@ -58,7 +58,7 @@ def test_up_status_kill_up_down(tmp_path):
         assert json.loads(run_mq("status", *args, "--json", env=env).stdout)["running"] is False
         restarted = run_mq("up", *args, "--listen", listen, env=env)
         assert restarted.returncode == 0 and b"mq is up" in restarted.stdout, restarted.stderr
-        pid = json.loads((data_dir / "cluster.json").read_text())["processes"]["broker-1"]["pid"]
+        pid = json.loads((data_dir / "cluster.json").read_text())["processes"]["local/broker-1"]["pid"]
         assert b"t1" in run_mq("topic", "list", env=env).stdout
         lines = b"".join(b"record-%d-%s\n" % (i, b"x" * 40) for i in range(3000))
         assert run_mq("produce", "t1", "--partition", "0", env=env, input=lines).returncode == 0
@@ -119,10 +119,10 @@ def test_up_refuses_a_bad_region_file(tmp_path):
         "error: bad.yaml: brokers[1].listen: '127.0.0.1' is not HOST:PORT — write it as 127.0.0.1:9093"]
     assert not (tmp_path / "d").exists()
 
-    future = tmp_path / "future.yaml"
-    future.write_text("region: local\nlinks: []\nbrokers: [{id: 1, listen: '127.0.0.1:9092'}]\n")
-    result = run_mq("up", str(future), env=base_env(), cwd=tmp_path)
-    assert result.returncode == 2 and b"'links': not supported by this version of mq" in result.stderr
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text("region: local\nlinks: []\nbrokers: [{id: 1, listen: '127.0.0.1:9092'}]\n")
+    result = run_mq("up", str(mixed), env=base_env(), cwd=tmp_path)
+    assert result.returncode == 2 and b"'links': only in a file with several regions" in result.stderr
 
     both = run_mq("up", str(bad), "--single", env=base_env(), cwd=tmp_path)
     assert both.returncode == 2 and b"exclude each other" in both.stderr
@@ -144,8 +144,8 @@ def test_up_a_one_broker_region_file(tmp_path):
         assert "mq is up: broker-1 pid" in out and f"bootstrap: {listen}" in out
         assert "mq status --data-dir here" in out  # not the default .mq: say where it is
         state = json.loads((tmp_path / "here" / "cluster.json").read_text())
-        assert state["topology"]["name"] == "solo" and state["topology"]["voters"] == [1]
-        command = state["processes"]["broker-1"]["command"]
+        assert [(r["name"], r["voters"]) for r in state["regions"]] == [("solo", [1])]
+        command = state["processes"]["solo/broker-1"]["command"]
         assert f"controller.quorum.voters=1@{listen}" in command and "log.segment.bytes=1048576" in command
         assert run_mq("topic", "create", "t", "--partitions", "2", env=env).returncode == 0
         assert run_mq("produce", "t", "--partition", "1", env=env, input=b"a\nb\n").returncode == 0
