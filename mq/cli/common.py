@@ -173,6 +173,9 @@ _HINTS: dict[ErrorCode, str] = {
     ErrorCode.DELIVERY_TIMEOUT: PAUSED_HINT,
     ErrorCode.REQUEST_TIMED_OUT: PAUSED_HINT,
     ErrorCode.NETWORK_EXCEPTION: DOWN_HINT,
+    ErrorCode.MIRROR_TOPIC_READ_ONLY: ("write in the source region, or promote the mirror: `mq mirror failover`, or "
+                                       "`mq topic alter-config NAME --delete mirror.source.region`"),
+    ErrorCode.NOT_MIRROR_TOPIC: "only mirror topics (config mirror.source.region) take mirrored records",
 }
 
 

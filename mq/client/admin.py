@@ -22,6 +22,7 @@ from mq.client.group_admin import (
     PartitionLag,
 )
 from mq.client.internals.metadata import needs_metadata_refresh
+from mq.client.mirror_admin import MirrorAdmin, MirrorAppendResult, OffsetOutOfRange, RawFetch
 from mq.client.results import OffsetAndMetadata
 from mq.core.clock import Clock
 from mq.core.errors import ErrorCode, MqError
@@ -29,8 +30,8 @@ from mq.core.types import TopicPartition
 from mq.protocol import messages as m
 
 __all__ = ["Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing",
-           "MemberDescription", "NewTopic", "OffsetInfo", "PartitionDescription", "PartitionLag",
-           "TopicDescription", "list_offsets"]
+           "MemberDescription", "MirrorAppendResult", "NewTopic", "OffsetInfo", "OffsetOutOfRange",
+           "PartitionDescription", "PartitionLag", "RawFetch", "TopicDescription", "list_offsets"]
 
 @dataclass(frozen=True)
 class NewTopic:
@@ -182,12 +183,16 @@ async def list_offsets(cluster: ClusterClient, timestamps: Mapping[TopicPartitio
 class Admin:
     def __init__(self, bootstrap: str = "localhost:9092", *, request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100, client_id: str = "mq-admin",
-                 clock: Clock | None = None, seed: int | None = None) -> None:
+                 clock: Clock | None = None, seed: int | None = None,
+                 address_map: Mapping[str, str] | None = None) -> None:
         self._client = ClusterClient(bootstrap, client_id=client_id,
                                      request_timeout_ms=request_timeout_ms,
-                                     retry_backoff_ms=retry_backoff_ms, clock=clock, seed=seed)
+                                     retry_backoff_ms=retry_backoff_ms, clock=clock, seed=seed,
+                                     address_map=address_map)
         self.request_timeout_ms = request_timeout_ms
         self._groups = GroupAdmin(self._client, request_timeout_ms=request_timeout_ms)
+        self._mirror = MirrorAdmin(self._client, request_timeout_ms=request_timeout_ms,
+                                   retry_backoff_ms=retry_backoff_ms)
 
     async def start(self) -> None:
         await self._client.refresh_metadata()
@@ -356,6 +361,38 @@ class Admin:
     async def group_lag(self, group_id: str) -> list[PartitionLag]:
         """Per partition: owning member, committed offset, log end, lag in records and seconds."""
         return await self._groups.group_lag(group_id)
+
+    # ------------------------------------------------------------------ mirror topics
+
+    async def fetch_raw(self, tp: TopicPartition, offset: int, max_bytes: int = 1024 * 1024, *,
+                        max_wait_ms: int = 0) -> RawFetch:
+        """The leader's stored batches from ``offset`` (the batch holding it first), below
+        the high watermark, undecoded, with the high watermark and log start. Raises
+        ``OffsetOutOfRange`` (with the range) outside the log; retries retriable errors."""
+        return await self._mirror.fetch_raw(tp, offset, max_bytes, max_wait_ms=max_wait_ms)
+
+    async def fetch_raw_many(self, offsets: Mapping[TopicPartition, int], *, max_bytes: int = 50 * 1024 * 1024,
+                             partition_max_bytes: int = 1024 * 1024, max_wait_ms: int = 0,
+                             min_bytes: int = 1) -> dict[TopicPartition, RawFetch | MqError]:
+        """``fetch_raw`` for many partitions at once: one Fetch per leader (a long poll up to
+        ``max_wait_ms`` until ``min_bytes`` are there); each partition's ``RawFetch`` or
+        its error (not raised, not retried: call again)."""
+        return await self._mirror.fetch_raw_many(offsets, max_bytes=max_bytes, partition_max_bytes=partition_max_bytes,
+                                                 max_wait_ms=max_wait_ms, min_bytes=min_bytes)
+
+    async def mirror_append(self, tp: TopicPartition, batches: bytes | memoryview, *, acks: int = -1,
+                            start_offset: int = -1, timeout_ms: int = 30_000) -> MirrorAppendResult:
+        """Append record batches fetched from the source region to the mirror topic's
+        partition at their own offsets (see ``mq.protocol.mirror_messages``); retries
+        retriable errors until ``timeout_ms``; raises ``MqError`` with MIRROR_DIVERGED,
+        MIRROR_OFFSET_GAP, NOT_MIRROR_TOPIC, CORRUPT_MESSAGE, ... otherwise."""
+        return await self._mirror.mirror_append(tp, batches, acks=acks, start_offset=start_offset,
+                                                timeout_ms=timeout_ms)
+
+    async def mirror_truncate(self, tp: TopicPartition, offset: int, *, timeout_ms: int = 30_000) -> int:
+        """Cut the mirror topic's partition at ``offset`` on every replica; returns the new
+        log end (at or below ``offset``: the cut falls on a batch boundary)."""
+        return await self._mirror.mirror_truncate(tp, offset, timeout_ms=timeout_ms)
 
     # ------------------------------------------------------------------ cluster
 

@@ -11,6 +11,12 @@ exponential backoff (``reconnect_backoff_ms`` doubling up to ``reconnect_backoff
 Metadata is asked of known brokers first, then of the bootstrap addresses in a seeded
 rotation, moving on after each failure; only one refresh runs at a time and everyone
 waiting for it shares its result.
+
+``address_map`` (``{"advertised host:port": "host:port to dial"}``) is applied to the
+bootstrap addresses and to every broker address learned from metadata or a
+FindCoordinator answer: a mirror in another region reaches each source broker only
+through its link proxy, while the brokers keep advertising their own addresses.
+Addresses not in the map are dialled as they are.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from mq.client.connection import BrokerConnection
-from mq.client.internals.metadata import Metadata, parse_bootstrap
+from mq.client.internals.metadata import Metadata, parse_address_map, parse_bootstrap
 from mq.core.clock import Clock, SystemClock
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
@@ -43,11 +49,12 @@ class ClusterClient:
                  connect_timeout_ms: int = 10_000, retry_backoff_ms: int = 100,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
                  metadata_max_age_ms: int = 300_000, clock: Clock | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, address_map: Mapping[str, str] | None = None) -> None:
         self.clock = clock or SystemClock()
         self.rng = Rng(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
         try:
             addresses = parse_bootstrap(bootstrap)
+            self.address_map = parse_address_map(address_map)
         except ValueError as exc:
             raise MqError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         self.metadata = Metadata(addresses, self.rng.fork("bootstrap"),
@@ -81,11 +88,16 @@ class ClusterClient:
 
     # ------------------------------------------------------------------ connections
 
+    def dial(self, address: Address) -> Address:
+        """Where to connect for an advertised ``address`` (``address_map``)."""
+        return self.address_map.get(address, address)
+
     def address_of(self, node_id: int) -> Address | None:
         node = self.metadata.node(node_id)
         if node is not None:
-            return (node.host, node.port)
-        return self.extra_nodes.get(node_id)
+            return self.dial((node.host, node.port))
+        extra = self.extra_nodes.get(node_id)
+        return None if extra is None else self.dial(extra)
 
     def add_node(self, node_id: int, host: str, port: int) -> None:
         """Make ``node_id`` reachable before metadata lists it (a FindCoordinator answer)."""
@@ -219,7 +231,7 @@ class ClusterClient:
         md = self.metadata
         md.attempt_started(self.now_ms())
         errors = []
-        candidates = md.metadata_candidates()
+        candidates = list(dict.fromkeys(self.dial(a) for a in md.metadata_candidates()))
         # Addresses in backoff go last, not away: with every broker down we still try.
         candidates.sort(key=lambda a: self.backoff_remaining_ms(a) > 0)
         for address in candidates:

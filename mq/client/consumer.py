@@ -62,7 +62,8 @@ class Consumer:
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
                  rebalance_timeout_ms: int | None = None, on_assign: Listener | None = None,
                  on_revoke: Listener | None = None, on_lost: Listener | None = None,
-                 clock: Clock | None = None, seed: int | None = None) -> None:
+                 clock: Clock | None = None, seed: int | None = None,
+                 address_map: Mapping[str, str] | None = None) -> None:
         try:
             reset = OffsetResetStrategy(auto_offset_reset)
         except ValueError:
@@ -73,7 +74,8 @@ class Consumer:
         self.cluster = ClusterClient(bootstrap, client_id=client_id,
                                      request_timeout_ms=request_timeout_ms + fetch_max_wait_ms,
                                      retry_backoff_ms=retry_backoff_ms,
-                                     metadata_max_age_ms=metadata_max_age_ms, clock=clock, seed=seed)
+                                     metadata_max_age_ms=metadata_max_age_ms, clock=clock, seed=seed,
+                                     address_map=address_map)
         self.subscriptions = SubscriptionState(reset)
         self.fetcher = Fetcher(self.subscriptions, fetch_min_bytes=fetch_min_bytes,
                                fetch_max_wait_ms=fetch_max_wait_ms, fetch_max_bytes=fetch_max_bytes,

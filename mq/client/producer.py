@@ -87,7 +87,7 @@ class Producer:
                  delivery_timeout_ms: int = 120_000, request_timeout_ms: int = 30_000,
                  max_request_size: int = 1 * MIB, metadata_max_age_ms: int = 300_000,
                  client_id: str = "mq-producer", clock: Clock | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, address_map: Mapping[str, str] | None = None) -> None:
         try:
             codec = CompressionType.parse(compression)
         except (KeyError, ValueError):
@@ -99,7 +99,8 @@ class Producer:
         self.cluster = ClusterClient(bootstrap, client_id=client_id,
                                      request_timeout_ms=request_timeout_ms,
                                      retry_backoff_ms=retry_backoff_ms,
-                                     metadata_max_age_ms=metadata_max_age_ms, clock=clock, seed=seed)
+                                     metadata_max_age_ms=metadata_max_age_ms, clock=clock, seed=seed,
+                                     address_map=address_map)
         self.accumulator = RecordAccumulator(
             batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory,
             compression=codec, delivery_timeout_ms=delivery_timeout_ms,

@@ -14,6 +14,7 @@ costs one failed attempt and never wedges the client.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mq.core.errors import ErrorCode
@@ -53,20 +54,26 @@ class PartitionInfo:
     offline_replicas: tuple[int, ...] = ()
 
 
+def parse_address(item: str, *, what: str = "bootstrap address") -> tuple[str, int]:
+    """``"host:port"`` → (host, port); IPv6 as ``[::1]:9092``."""
+    host, sep, port = item.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{what} {item!r} is not host:port")
+    return host.strip("[]") or "localhost", int(port)
+
+
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """``"host:port,host:port"`` → [(host, port), ...]; IPv6 as ``[::1]:9092``."""
-    out = []
-    for item in bootstrap.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap address {item!r} is not host:port")
-        out.append((host.strip("[]") or "localhost", int(port)))
+    out = [parse_address(item) for item in bootstrap.split(",") if item.strip()]
     if not out:
         raise ValueError("bootstrap list is empty")
     return out
+
+
+def parse_address_map(address_map: Mapping[str, str] | None) -> dict[tuple[str, int], tuple[str, int]]:
+    """``{"advertised host:port": "host:port to dial"}`` → the same as address pairs."""
+    return {parse_address(advertised, what="address_map key"): parse_address(dial, what="address_map value")
+            for advertised, dial in (address_map or {}).items()}
 
 
 class Metadata:
