@@ -23,12 +23,12 @@ status file.
   printed beside it.
 - geo-failover: per ``--failover-rates`` rate and ``--failover-modes`` mode, ``--failover-runs``
   runs, each on a fresh pair of regions: produce at the rate for ``--steady-s``; at T0 the
-  writers stop (``planned``), or the link is also cut both ways (``disaster``), and
-  ``mq mirror failover --to west`` runs. Fail-over time: T0 to the first record
-  acknowledged in west (a writer there tries every 5 ms). Records at risk: as the
-  command reports them, and the truth (acknowledged in east by T0, missing in west at
-  the promotion point). Planned runs then fail back (``mq mirror failback --to east``,
-  timed; the diverged tail counted).
+  writers stop (``planned``), or the link is also cut both ways (``disaster``); once they
+  have drained, ``mq mirror failover --to west`` runs. Fail-over time: T0 to the first
+  record acknowledged in west (a writer there tries every 5 ms). Records at risk: as the
+  command reports them, and the truth (what east holds past west's promotion point; of
+  those, how many the writers had been told were acknowledged by T0). Planned runs then
+  fail back (``mq mirror failback --to east``, timed; the diverged tail counted).
 
 There is no peer: MirrorMaker 2 needs a Kafka distribution (Java) that cannot be
 installed here (only PyPI and Debian packages); the output says so. Prints JSON lines
@@ -219,11 +219,12 @@ class GeoBench:
                         "max_failover_s": max(times, default=None),
                         "median_command_s": round(median([r["command_s"] for r in runs]), 3),
                         "records_at_risk_reported": [r["records_at_risk_reported"] for r in runs],
-                        "records_lost_true": [r["records_lost_true"] for r in runs]}
+                        "records_at_risk_true": [r["records_at_risk_true"] for r in runs],
+                        "records_lost_acked_by_t0": [r["records_lost_acked_by_t0"] for r in runs]}
                 backs = [r["failback_s"] for r in runs if "failback_s" in r]
                 if backs:
                     line.update(median_failback_s=round(median(backs), 3),
-                                diverged_as_expected=all(r["diverged_records"] == r["diverged_expected"]
+                                diverged_as_expected=all(r["diverged_records"] == r["records_at_risk_true"]
                                                          for r in runs if "failback_s" in r))
                 emit(line)
 
