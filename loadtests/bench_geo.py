@@ -16,7 +16,7 @@ status file.
   start-up). ``live``: the mirror runs while the records are produced flat out; the
   rate is over the same records, from the first one mirrored to the last, with the
   source's produce rate beside it and how long after the producers the mirror finished.
-- P7-latency: ``--rate`` (50,000) records/s for ``--latency-seconds`` after
+- P7-latency: ``--rate`` (50,000; a comma-separated list measures each) records/s for ``--latency-seconds`` after
   ``--warmup-s``, ``send()`` per record round-robin over the partitions (acks=all,
   ``--linger-ms``); a reader in west (its own process) takes now - the send stamp of
   every record it reads from the mirror topic. The mirror's own heartbeat latency is
@@ -83,7 +83,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunk-records", type=int, default=10_000, help="P7: records per send_many call")
     parser.add_argument("--batch-size", type=int, default=1_000_000, help="P7 producers' batch_size (bytes)")
     parser.add_argument("--p7-modes", default=",".join(P7_MODES), help=f"out of {', '.join(P7_MODES)}")
-    parser.add_argument("--rate", type=int, default=50_000, help="P7-latency: records per second")
+    parser.add_argument("--rate", default="50000",
+                        help="P7-latency: records per second (comma-separated: one measurement per rate)")
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="P7-latency: measured seconds")
     parser.add_argument("--warmup-s", type=float, default=2.0, help="P7-latency: seconds left out at the start")
     parser.add_argument("--linger-ms", type=int, default=5, help="P7-latency producer")
@@ -101,11 +102,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.failover_modes = _names(args.failover_modes, FAILOVER_MODES, parser, "--failover-modes")
     try:
         args.failover_rates = _ints(args.failover_rates)
+        args.rates = _ints(args.rate)
         args.broker_configs = dict(item.split("=", 1) for item in args.broker_config)
     except ValueError:
-        parser.error("--failover-rates takes integers, --broker-config KEY=VALUE")
+        parser.error("--rate and --failover-rates take integers, --broker-config KEY=VALUE")
     if min(args.runs, args.failover_runs, args.brokers, args.partitions, args.records, args.producers,
-           args.rate, *args.failover_rates or [0]) < 1:
+           *args.rates or [0], *args.failover_rates or [0]) < 1:
         parser.error("counts, rates and --failover-rates must be at least 1")
     return args
 
@@ -141,7 +143,8 @@ class GeoBench:
                         for mode in args.p7_modes:
                             self.p7(lab, run, mode)
                     if "P7-latency" in args.only:
-                        self.latency(lab, run)
+                        for rate in args.rates:
+                            self.latency(lab, run, rate)
         if "geo-failover" in args.only:
             for run in range(1, args.failover_runs + 1):  # rates and modes interleaved
                 for rate in args.failover_rates:
@@ -167,10 +170,10 @@ class GeoBench:
                      "settings": {**line["settings"], **self.common()}})
         self._drop(lab, topic)
 
-    def latency(self, lab: GeoLab, run: int) -> None:
+    def latency(self, lab: GeoLab, run: int, rate: int) -> None:
         args = self.args
-        topic = f"p7lat-{self.tag}-r{run}"
-        line = work.p7_latency(lab, topic, rate=args.rate, seconds=args.latency_seconds, warmup_s=args.warmup_s,
+        topic = f"p7lat-{self.tag}-r{run}-{rate}"
+        line = work.p7_latency(lab, topic, rate=rate, seconds=args.latency_seconds, warmup_s=args.warmup_s,
                                partitions=args.partitions, size_bytes=args.size_bytes, linger_ms=args.linger_ms)
         self.record({"workload": "P7-latency", "system": "mq", "operation": "replication latency", "run": run,
                      **line, "settings": {**line["settings"], **self.common()}})
@@ -200,12 +203,16 @@ class GeoBench:
                       "median_rec_per_s": round(rate), "per_run": [r["rec_per_s"] for r in runs],
                       "median_source_produce_rec_per_s": round(median([r["source_produce_rec_per_s"] for r in runs])),
                       "target": 300_000, "meets_target": rate >= 300_000})
-        runs = self.of("P7-latency")
-        if runs:
+        for rate in self.args.rates:
+            runs = self.of("P7-latency", target_rec_per_s=rate)
+            if not runs:
+                continue
             p99 = median([r["latency"]["p99_ms"] for r in runs])
-            emit({"summary": True, "workload": "P7-latency", "runs": len(runs),
+            emit({"summary": True, "workload": "P7-latency", "rate": rate, "runs": len(runs),
                   "median_p50_ms": round(median([r["latency"]["p50_ms"] for r in runs]), 1),
                   "median_p99_ms": round(p99, 1), "per_run_p99_ms": [r["latency"]["p99_ms"] for r in runs],
+                  "median_send_to_ack_p99_ms": round(median([r["send_to_ack"]["p99_ms"] for r in runs
+                                                             if r.get("send_to_ack")] or [float("nan")]), 1),
                   "median_achieved_rec_per_s": round(median([r["achieved_rec_per_s"] for r in runs])),
                   "target": {"p99_ms": 1000}, "meets_target": p99 <= 1000})
         for rate in self.args.failover_rates:

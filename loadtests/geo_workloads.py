@@ -66,17 +66,17 @@ def _total(ends: dict[int, int]) -> int:
 
 
 class Progress:
-    """Polls the target's ends of ``topic`` in a thread: when the first record arrived and
-    when ``goal`` records were there."""
+    """Polls the ends of ``topic`` in both regions in a thread: when each region first held
+    a record and when it held ``goal``."""
 
     def __init__(self, lab: GeoLab, topic: str, goal: int, *, every_s: float = 0.02) -> None:
-        self.admin = lab.admin(TARGET)
+        self.admins = {SOURCE: lab.admin(SOURCE), TARGET: lab.admin(TARGET)}
         self.lab = lab
         self.topic = topic
         self.goal = goal
         self.every_s = every_s
-        self.first: float | None = None
-        self.done: float | None = None
+        self.first: dict[str, float] = {}
+        self.done: dict[str, float] = {}
         self.error: str = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="geo-progress", daemon=True)
@@ -86,24 +86,26 @@ class Progress:
         return self
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                have = _total(self.lab.ends(TARGET, self.topic, admin=self.admin))
-            except MqError as exc:
-                self.error = str(exc)
-                have = 0
-            now = time.monotonic()
-            if have > 0 and self.first is None:
-                self.first = now
-            if have >= self.goal:
-                self.done = now
-                return
+        while not self._stop.is_set() and TARGET not in self.done:
+            for region, admin in self.admins.items():
+                if region in self.done:
+                    continue
+                try:
+                    have = _total(self.lab.ends(region, self.topic, admin=admin))
+                except MqError as exc:
+                    self.error = str(exc)
+                    continue
+                now = time.monotonic()
+                if have > 0:
+                    self.first.setdefault(region, now)
+                if have >= self.goal:
+                    self.done[region] = now
             self._stop.wait(self.every_s)
 
     def wait(self, timeout_s: float) -> bool:
         self._thread.join(timeout_s)
         self._stop.set()
-        return self.done is not None
+        return TARGET in self.done
 
 
 def _cpu_seconds(pid: int | None) -> float | None:
@@ -116,6 +118,39 @@ def _cpu_seconds(pid: int | None) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds spent by the lab's processes between ``start()`` and ``stop()``: east's
+    brokers, west's brokers, the link process, the mirror — where a P7 run's time goes."""
+
+    def __init__(self, lab: GeoLab) -> None:
+        self.lab = lab
+        self.before: dict[str, dict[int, float]] = {}
+
+    def pids(self) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {f"{SOURCE}_brokers": [], f"{TARGET}_brokers": []}
+        for status in self.lab.launcher.status():
+            if status.pid is not None:
+                groups[f"{status.region}_brokers"].append(status.pid)
+        links, _ = self.lab.launcher.service_status()
+        groups["link"] = [s.pid for s in links if s.pid is not None]
+        mirror = self.lab.mirror_pid()
+        groups["mirror"] = [mirror] if mirror is not None else []
+        return groups
+
+    def _read(self) -> dict[str, dict[int, float]]:
+        return {group: {pid: cpu for pid in pids if (cpu := _cpu_seconds(pid)) is not None}
+                for group, pids in self.pids().items()}
+
+    def start(self) -> CpuMeter:
+        self.before = self._read()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        after = self._read()
+        return {group: round(sum(cpu - self.before.get(group, {}).get(pid, 0.0) for pid, cpu in pids.items()), 2)
+                for group, pids in after.items()}
 
 
 def _link_bytes(lab: GeoLab) -> int:
@@ -137,50 +172,46 @@ def p7_backlog(lab: GeoLab, topic: str, *, records: int, partitions: int, produc
     goal = _total(lab.ends(SOURCE, topic))
     bytes_before = _link_bytes(lab)
     started = time.monotonic()
-    pid = lab.start_mirror()
-    cpu_before = _cpu_seconds(pid)
+    lab.start_mirror()
+    cpu = CpuMeter(lab).start()
     progress = Progress(lab, topic, goal).start()
     if not progress.wait(STALL_S + records / 20_000):
         raise RuntimeError(f"P7 backlog: {topic} not mirrored ({progress.error or 'too slow'})")
-    assert progress.first is not None and progress.done is not None
-    cpu = _cpu_seconds(pid)
-    seconds = max(progress.done - progress.first, progress.every_s)  # a tiny run ends within one poll
+    first, done = progress.first[TARGET], progress.done[TARGET]
+    seconds = max(done - first, progress.every_s)  # a tiny run ends within one poll
     return {"records": goal, "seconds": round(seconds, 4), "rec_per_s": round(goal / seconds),
             "mb_per_s": round(goal * size_bytes / seconds / 2**20, 2),
-            "start_to_first_s": round(progress.first - started, 3),
-            "rec_per_s_from_start": round(goal / (progress.done - started)),
+            "start_to_first_s": round(first - started, 3),
+            "rec_per_s_from_start": round(goal / (done - started)),
             "source_produce_rec_per_s": round(produced.rec_per_s),
-            "link_bytes": _link_bytes(lab) - bytes_before,
-            "mirror_cpu_s": round(cpu - cpu_before, 2) if cpu is not None and cpu_before is not None else None,
+            "link_bytes": _link_bytes(lab) - bytes_before, "cpu_s": cpu.stop(),
             "settings": {**topic_settings, "producers": producers, "batch_size": batch_size}}
 
 
 def p7_live(lab: GeoLab, topic: str, *, records: int, partitions: int, producers: int, size_bytes: int,
             seed: int, chunk_records: int, batch_size: int) -> dict[str, Any]:
-    """The mirror running while ``records`` are produced flat out: the source's produce
-    rate and the mirror's rate over the same records, and how far behind it finished."""
+    """The mirror running while ``records`` are produced flat out. Both regions' ends are
+    polled: the source's rate from its first record to its last, the mirror's from its
+    first mirrored record to its last, and how long after the source the mirror finished."""
     topic_settings = create_topic(lab, topic, partitions)
     lab.wait_topic(TARGET, topic)
-    pid = lab.mirror_pid()
-    cpu_before, bytes_before = _cpu_seconds(pid), _link_bytes(lab)
+    bytes_before = _link_bytes(lab)
+    cpu = CpuMeter(lab).start()
     progress = Progress(lab, topic, records).start()
     produced = p3(lab.bootstrap(SOURCE), topic, partitions=partitions, producers=producers, records=records,
                   size_bytes=size_bytes, seed=seed, chunk_records=chunk_records, in_flight=4, linger_ms=5,
                   batch_size=batch_size)
-    produce_end = time.monotonic()
     if not progress.wait(STALL_S + records / 20_000):
         raise RuntimeError(f"P7 live: {topic} not mirrored ({progress.error or 'too slow'})")
-    assert progress.first is not None and progress.done is not None
-    produce_start = produce_end - produced.seconds
-    cpu = _cpu_seconds(pid)
-    seconds = max(progress.done - max(progress.first, produce_start), progress.every_s)
+    first, done = progress.first[TARGET], progress.done[TARGET]
+    source_seconds = max(progress.done[SOURCE] - progress.first[SOURCE], progress.every_s)
+    seconds = max(done - first, progress.every_s)
     return {"records": records, "seconds": round(seconds, 4), "rec_per_s": round(records / seconds),
             "mb_per_s": round(records * size_bytes / seconds / 2**20, 2),
+            "source_rec_per_s": round(records / source_seconds),
             "source_produce_rec_per_s": round(produced.rec_per_s),
-            "source_produce_seconds": round(produced.seconds, 4),
-            "finished_behind_source_s": round(progress.done - produce_end, 3),
-            "link_bytes": _link_bytes(lab) - bytes_before,
-            "mirror_cpu_s": round(cpu - cpu_before, 2) if cpu is not None and cpu_before is not None else None,
+            "finished_behind_source_s": round(done - progress.done[SOURCE], 3),
+            "link_bytes": _link_bytes(lab) - bytes_before, "cpu_s": cpu.stop(),
             "settings": {**topic_settings, "producers": producers, "batch_size": batch_size}}
 
 
@@ -197,11 +228,14 @@ def _paced_producer(bootstrap: str, topic: str, partitions: int, rate: int, coun
         acks: list[tuple[float, int, int]] = []
         failed = 0
 
-        def on_ack(partition: int) -> Callable[[Any], None]:
+        to_ack: list[int] = []  # send -> ack of the records whose acks are noted, ns
+
+        def on_ack(partition: int, sent_ns: int) -> Callable[[Any], None]:
             def done(future: Any) -> None:
                 nonlocal failed
                 if future.exception() is None:
                     acks.append((time.monotonic(), partition, future.result().offset + 1))
+                    to_ack.append(time.monotonic_ns() - sent_ns)
                 else:
                     failed += 1
             return done
@@ -213,17 +247,18 @@ def _paced_producer(bootstrap: str, topic: str, partitions: int, rate: int, coun
             sent, limit = 0, count if count is not None else 2**62
             while sent < limit and not stop.is_set():
                 due = min(limit, int((time.monotonic() - start) * rate) + 1)
-                last: dict[int, Any] = {}
+                last: dict[int, tuple[Any, int]] = {}
                 while sent < due:
-                    p = sent % partitions
-                    last[p] = producer.send(topic, STAMP.pack(sent, time.monotonic_ns()) + pad, partition=p)
+                    p, now_ns = sent % partitions, time.monotonic_ns()
+                    last[p] = (producer.send(topic, STAMP.pack(sent, now_ns) + pad, partition=p), now_ns)
                     sent += 1
-                for p, future in last.items():
-                    future.add_done_callback(on_ack(p))
+                for p, (future, sent_ns) in last.items():  # the last of each partition per tick
+                    future.add_done_callback(on_ack(p, sent_ns))
                 await asyncio.sleep(max(0.0, start + sent / rate - time.monotonic()))
             stopped = time.monotonic()
             await producer.flush()
-        return {"acks": acks, "sent": sent, "failed": failed, "start": start, "stopped": stopped}
+        return {"acks": acks, "sent": sent, "failed": failed, "start": start, "stopped": stopped,
+                "send_to_ack_ns": to_ack}
 
     try:
         out.put(_run(produce()))
@@ -311,6 +346,9 @@ def p7_latency(lab: GeoLab, topic: str, *, rate: int, seconds: float, warmup_s: 
             "achieved_rec_per_s": round(sent["sent"] / (sent["stopped"] - sent["start"])),
             "latency": latency_summary(measured, of="send in the source -> read from the mirror topic in "
                                                     "the target region, every record"),
+            "send_to_ack": latency_summary(sent.get("send_to_ack_ns", []),
+                                           of="send -> acks=all acknowledgement in the source, the last record "
+                                              "of each partition per send tick"),
             "mirror_heartbeat_latency_ms": {"p50": heartbeats.get("latency_p50_ms"),
                                             "p99": heartbeats.get("latency_p99_ms")},
             "records_failed": sent["failed"],
@@ -390,7 +428,7 @@ def failover(lab: GeoLab, topic: str, *, rate: int, mode: str, steady_s: float, 
             "records_lost_acked_by_t0": sum(max(0, end - promoted[p]) for p, end in acked.items()),
             "records_acked_by_t0": sum(acked.values()),
             "achieved_rec_per_s": round(sent["sent"] / (sent["stopped"] - sent["start"])),
-            "steps": list(command.steps), "settings": {**topic_settings, "acks": "all", "steady_s": steady_s}}
+            "steps": [f"+{t:.2f} s {step}" for t, step in zip(command.step_times, command.steps)], "settings": {**topic_settings, "acks": "all", "steady_s": steady_s}}
     if mode == "disaster":
         lab.heal_link()
     if failback:

@@ -100,7 +100,8 @@ def two_region_file(root: str, *, brokers: int = 1, latency_ms: float = 40.0, ji
 @dataclass(frozen=True)
 class MirrorRun:
     """One ``python -m mirror ...`` command: its exit code, how long it took, the JSON it
-    printed (``--json``), the steps it reported on stderr."""
+    printed (``--json``), the steps it reported on stderr and when each came (seconds from
+    the start)."""
 
     args: tuple[str, ...]
     returncode: int
@@ -109,6 +110,7 @@ class MirrorRun:
     steps: tuple[str, ...]
     stdout: str
     stderr: str
+    step_times: tuple[float, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -290,19 +292,43 @@ class GeoLab:
         reaper = threading.Thread(target=reap, name="mirror-reaper", daemon=True)
         reaper.start()
         started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "mirror", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=self.root,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        steps: list[tuple[float, str]] = []  # each stderr line with when it came
+        out: list[str] = []
+
+        def read_steps() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                steps.append((time.monotonic() - started, line.rstrip("\n")))
+
+        def read_out() -> None:
+            assert proc.stdout is not None
+            out.append(proc.stdout.read())
+
+        readers = [threading.Thread(target=f, name=f"mirror-{f.__name__}", daemon=True) for f in (read_steps, read_out)]
+        for reader in readers:
+            reader.start()
         try:
-            done = subprocess.run([sys.executable, "-m", "mirror", *argv], capture_output=True, text=True,
-                                  timeout=timeout_s, check=False, cwd=self.root,
-                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
         finally:
             seconds = time.monotonic() - started
             finished.set()
             reaper.join()
+            for reader in readers:
+                reader.join(5)
+        stdout = "".join(out)
         report = None
-        if json_out and done.returncode == 0 and done.stdout.strip():
-            report = json.loads(done.stdout)
-        steps = tuple(line for line in done.stderr.splitlines() if line.strip())
-        return MirrorRun(tuple(argv), done.returncode, seconds, report, steps, done.stdout, done.stderr)
+        if json_out and proc.returncode == 0 and stdout.strip():
+            report = json.loads(stdout)
+        lines = [(t, line) for t, line in steps if line.strip()]
+        return MirrorRun(tuple(argv), proc.returncode, seconds, report, tuple(line for _, line in lines),
+                         stdout, "\n".join(line for _, line in steps), tuple(round(t, 3) for t, _ in lines))
 
     def failover(self, *, to: str = TARGET, groups: Sequence[str] = (), topics: Sequence[str] = (),
                  timeout_s: float = 120.0) -> MirrorRun:

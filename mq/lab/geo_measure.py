@@ -281,6 +281,45 @@ class GroupReader:
         return self
 
 
+class EndsRecorder:
+    """Every ``every_s`` in a thread: ``(t, source total end, target total end)`` of one
+    topic, read with one admin per region (a region that does not answer repeats its
+    last figure)."""
+
+    def __init__(self, admins: Sequence[Any], topic: str, partitions: int, *, every_s: float = 0.1,
+                 origin: float | None = None) -> None:
+        self.admins = list(admins)
+        self.topic = topic
+        self.partitions = partitions
+        self.every_s = every_s
+        self.origin = time.monotonic() if origin is None else origin
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EndsRecorder:
+        self._thread = threading.Thread(target=self._run, name=f"ends-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        last = [0] * len(self.admins)
+        while not self._stop.wait(self.every_s):
+            t = time.monotonic() - self.origin
+            for i, admin in enumerate(self.admins):
+                try:
+                    last[i] = sum(ends_of(admin, self.topic, self.partitions).values())
+                except MqError:
+                    pass  # the region is cut off or busy: keep its last figure
+            self.samples.append((t, *last))  # type: ignore[arg-type]
+
+    def stop(self) -> EndsRecorder:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        return self
+
+
 def spread(values: Sequence[float]) -> dict[str, Any]:
     """Median, min and max: how noisy a repeated figure was."""
     if not values:
@@ -293,5 +332,5 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-__all__ = ["Chunk", "GroupReader", "LatencyProbe", "SteadyLoad", "at_risk", "committed", "ends_of",
+__all__ = ["Chunk", "EndsRecorder", "GroupReader", "LatencyProbe", "SteadyLoad", "at_risk", "committed", "ends_of",
            "percentile", "sample_at_risk", "sample_rereads", "spread"]
