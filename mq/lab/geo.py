@@ -18,8 +18,10 @@ status file (``mq`` never imports ``mirror``).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -44,6 +46,9 @@ from mq.lab.process import free_port, wait_until
 SOURCE, TARGET = "east", "west"
 FLOW = "east-to-west"
 REGION_FILE = "regions.yaml"
+# a mirror log line: "2026-11-26 14:36:27,223 INFO mirror event=group_offsets_synced group=g ..."
+_EVENT_LINE = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ mirror "
+                         r"event=(?P<event>\S+)(?P<rest>.*)$")
 # Small clusters that react fast: a group forms at once, short sessions are allowed, the
 # offsets topic is small (its partitions are created at the first commit).
 LAB_CONFIGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "500",
@@ -351,6 +356,24 @@ class GeoLab:
         except (OSError, ValueError):
             return None
         return doc if isinstance(doc, dict) else None
+
+    def mirror_events(self, event: str, *, flow: str = FLOW, since_s: float = 0.0) -> list[dict[str, Any]]:
+        """The ``event=NAME key=value ...`` lines of the flow's log (what an operator greps),
+        each with its wall-clock time ``t`` (seconds since the epoch), from ``since_s`` on."""
+        try:
+            text = (self.flow_dir(flow) / "mirror.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        out = []
+        for line in text.splitlines():
+            found = _EVENT_LINE.match(line)
+            if not found or found.group("event") != event:
+                continue
+            stamp = datetime.datetime.strptime(found.group("time"), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if stamp >= since_s:
+                fields = dict(kv.split("=", 1) for kv in found.group("rest").split() if "=" in kv)
+                out.append({"t": stamp, **fields})
+        return out
 
     def mirror_pid(self, flow: str = FLOW) -> int | None:
         pid = deploy_services.read_pid(str(self.flow_dir(flow) / "mirror.pid"))

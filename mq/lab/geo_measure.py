@@ -20,6 +20,7 @@ them all on one plot.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import threading
@@ -245,6 +246,11 @@ def sample_rereads(source_admin: Any, target_admin: Any, group: str, topic: str,
     return out
 
 
+def periods(times: Sequence[float]) -> list[float]:
+    """Differences between consecutive times (e.g. of a group's syncs in the mirror's log)."""
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
 class GroupReader:
     """A group member in a thread that polls ``topic`` and commits after every poll, so
     its committed offsets follow what it has read within one poll."""
@@ -333,4 +339,4 @@ def _round(value: float | None) -> float | None:
 
 
 __all__ = ["Chunk", "EndsRecorder", "GroupReader", "LatencyProbe", "SteadyLoad", "at_risk", "committed", "ends_of",
-           "percentile", "sample_at_risk", "sample_rereads", "spread"]
+           "percentile", "periods", "sample_at_risk", "sample_rereads", "spread"]

@@ -49,7 +49,7 @@ def plot_latency_steps(buckets: Sequence[tuple[float, float, float]], steps: Seq
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower right")
     return ax
 
 
@@ -80,7 +80,8 @@ def plot_at_risk(rows: Sequence[Mapping[str, Any]], *, ax: Any = None,
 def plot_rereads(rows: Sequence[Mapping[str, Any]], *, ax: Any = None,
                  title: str = "records read again after a fail-over at a random instant") -> Any:
     """Re-reads against the offset-sync interval: every sample (dots), their maximum, and
-    the bound (consume rate x (interval + replication lag)) dashed. Rows:
+    the bound (consume rate x (the longest sync period + twice a sync's duration +
+    replication lag)) dashed. Rows:
     ``{"interval_ms", "samples": [...], "bound"}``."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -88,7 +89,7 @@ def plot_rereads(rows: Sequence[Mapping[str, Any]], *, ax: Any = None,
         ax.scatter([r["interval_ms"]] * len(r["samples"]), r["samples"], s=8, alpha=0.35, color="tab:blue")
     x = [r["interval_ms"] for r in rows]
     ax.plot(x, [max(r["samples"], default=0) for r in rows], marker="o", color="tab:blue", label="measured max")
-    ax.plot(x, [r["bound"] for r in rows], linestyle="--", color="black", label="bound: rate x (interval + lag)")
+    ax.plot(x, [r["bound"] for r in rows], linestyle="--", color="black", label="bound: rate x (sync period + 2 x sync + lag)")
     ax.set_xlabel("sync.group.offsets.interval.ms")
     ax.set_ylabel("records read again in west")
     ax.set_ylim(bottom=0)

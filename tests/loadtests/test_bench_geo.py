@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_options_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse_args(["--only", "P7", "--p7-modes", "live", "--failover-rates", "10000, 50000",
+    args = parse_args(["--only", "P7", "--p7-modes", "live", "--failover-rates", "10000, 50000", "--rate", "25000,50000",
                        "--failover-modes", "disaster", "--broker-config", "replica.fetch.max.bytes=2097152"])
     assert args.only == ["P7"] and args.p7_modes == ["live"] and args.failover_rates == [10_000, 50_000]
+    assert args.rates == [25_000, 50_000]
     assert args.failover_modes == ["disaster"] and args.broker_configs == {"replica.fetch.max.bytes": "2097152"}
     for bad in (["--only", "P7,P9"], ["--p7-modes", "sideways"], ["--failover-modes", "maybe"],
                 ["--failover-rates", "fast"], ["--broker-config", "novalue"], ["--brokers", "0"]):
@@ -49,10 +50,14 @@ def test_tiny_geo_benchmarks() -> None:
     for line in p7.values():
         assert line["records"] >= 20_000 and line["rec_per_s"] > 0 and line["source_produce_rec_per_s"] > 0
         assert line["link_bytes"] >= 20_000 * 100  # every record crossed the link
+        assert set(line["cpu_s"]) == {"east_brokers", "west_brokers", "link", "mirror"}
+        assert line["cpu_s"]["mirror"] > 0 and line["cpu_s"]["link"] > 0
+    assert p7["live"]["source_rec_per_s"] > 0
     [latency] = [x for x in runs if x.get("workload") == "P7-latency"]
     assert latency["records"] == 2000 and latency["latency"]["samples"] == 2000
     # a mirrored record cannot arrive before it crossed the 50 ms link one way
     assert 50 <= latency["latency"]["p50_ms"] <= latency["latency"]["p99_ms"] <= latency["latency"]["max_ms"]
+    assert 0 < latency["send_to_ack"]["p50_ms"] < latency["latency"]["p50_ms"]
     failovers = {x["mode"]: x for x in runs if x.get("workload") == "geo-failover"}
     assert set(failovers) == {"planned", "disaster"}
     planned, disaster = failovers["planned"], failovers["disaster"]
