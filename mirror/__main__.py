@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -98,6 +99,9 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
 def _log_setup() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The client logs every failed connect and metadata attempt; while a link is down that
+    # is several lines a second. The flow's own lines (and status.json) say what matters.
+    logging.getLogger("mq.client").setLevel(logging.WARNING)
 
 
 def flow_from_args(args: argparse.Namespace) -> FlowConfig:
@@ -137,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     flow = flow_from_args(args)
     _log_setup()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -193,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MqError as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ One loop drives every partition of the flow:
 * **append**: one MirrorAppend in flight per partition (``Admin.mirror_append``, acks=-1),
   while the next fetch for that partition is already out (pipelining);
 * **resolve**: partitions that do not know the target's end (at start, after a target
-  error) read it with ListOffsets (the high watermark) and start there.
+  error) read it with ListOffsets (the high watermark) and start there; a suspected gap is
+  confirmed (or not) against the target's end the same way.
 
 Every completion updates a core and wakes the loop, which then sends whatever the cores
 say is due. The loop also wakes for the earliest retry deadline.
@@ -87,7 +88,10 @@ class Copier:
                 self._drain_gaps()
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self._idle_timeout_s(now))
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
+                    # arrives as the event is set (cpython gh-86296), and the flow never stops.
+                    async with asyncio.timeout(self._idle_timeout_s(now)):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
         finally:
@@ -106,7 +110,7 @@ class Copier:
     def _resolve_ends(self) -> None:
         if self._resolving is not None and not self._resolving.done():
             return
-        waiting = [tp for tp, pm in self.partitions.items() if pm.needs_reset()]
+        waiting = [tp for tp, pm in self.partitions.items() if pm.needs_reset() or pm.needs_end_check()]
         if waiting:
             self._resolving = asyncio.get_running_loop().create_task(self._resolve(waiting))
             self._resolving.add_done_callback(self._done)
@@ -125,10 +129,14 @@ class Copier:
             return
         for tp, info in ends.items():
             pm = self.partitions.get(tp)
-            if pm is not None and pm.needs_reset():
+            if pm is None:
+                continue
+            if pm.needs_reset():
                 pm.reset(info.offset)
                 log.info("event=partition_start flow=%s topic=%s partition=%d mirrored_end=%d",
                          self.flow, tp.topic, tp.partition, info.offset)
+            elif pm.needs_end_check():
+                pm.confirm_gap(info.offset, self.clock.wall_ms())
 
     # ------------------------------------------------------------------ fetches
 

@@ -41,13 +41,14 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
+from mirror.cluster_file import add_flow, record_process, remove_flow
 from mirror.failover import FAILOVER_STATE
 from mirror.flow_config import (
     FlowConfig,
     FlowConfigError,
     bootstrap_of,
+    data_dir_of,
     default_cluster_path,
     flow_dir_name,
     flow_from_entry,
@@ -57,10 +58,10 @@ from mirror.flow_config import (
     reverse_address_map,
 )
 from mirror.groups import flow_groups, sync_groups
-from mirror.procs import running_pid, start_flow, stop_flow
+from mirror.procs import LOG_FILE, running_pid, start_flow, stop_flow
 from mirror.ranges import copy_range
 from mirror.status import read_status, write_status
-from mirror.topics import MIRROR_SOURCE_REGION, TopicFilter
+from mirror.topics import MIRROR_SOURCE_REGION
 from mq.client import Admin
 from mq.core.types import LATEST_TIMESTAMP, TopicPartition
 
@@ -68,36 +69,33 @@ FAILBACK_STATE = "failback.json"
 POLL_S = 0.5
 
 
-def reverse_flow(doc: dict, flow: FlowConfig, topics: list[str]) -> FlowConfig:
-    data_dir = os.path.dirname(flow.state_dir)
-    name = f"{flow.target_region}->{flow.source_region}"
-    amap = reverse_address_map(doc, flow.target_region, flow.source_region)
-    source_bootstrap = ",".join(amap.get(a, a) for a in flow.target_bootstrap.split(","))
-    return replace(flow, name=name, source_region=flow.target_region, target_region=flow.source_region,
-                   source_bootstrap=source_bootstrap, target_bootstrap=_direct(doc, flow.source_region),
-                   source_address_map=amap,
-                   topics=TopicFilter(tuple(re.escape(t) for t in topics)),
-                   state_dir=os.path.join(data_dir, flow_dir_name(name)), cluster_path="")
-
-
 def _direct(doc: dict, region: str) -> str:
     return bootstrap_of(regions_of(doc)[region])
 
 
-def run_args(flow: FlowConfig) -> list[str]:
-    args = ["--flow", flow.name, "--source-bootstrap", flow.source_bootstrap,
-            "--target-bootstrap", flow.target_bootstrap, "--source-region", flow.source_region,
-            "--target-region", flow.target_region, "--state-dir", flow.state_dir,
-            "--source-address-map", ",".join(f"{k}={v}" for k, v in flow.source_address_map.items())]
-    for pattern in flow.topics.include:
-        args += ["--topics", pattern]
-    for pattern in flow.groups:
-        args += ["--groups", pattern]
-    for pattern in flow.groups_exclude:
-        args += ["--groups-exclude", pattern]
-    args += ["--sync-group-offsets-interval-ms", str(flow.sync_group_offsets_interval_ms),
-             "--refresh-topics-interval-ms", str(flow.refresh_topics_interval_ms)]
-    return args
+def reverse_flow_entry(doc: dict, path: str, entry: dict, topics: list[str]) -> dict:
+    """cluster.json's entry of the reverse flow ``failback-<flow>``: the flow's settings,
+    the regions swapped, only the failed-over topics, the source reached through the link."""
+    name = f"failback-{entry['name']}"
+    source, target = str(entry["target"]), str(entry["source"])
+    amap = reverse_address_map(doc, source, target)
+    state_dir = os.path.join(data_dir_of(doc, path), flow_dir_name(name))
+    return {**entry, "name": name, "source": source, "target": target,
+            "topics": {"include": [re.escape(t) for t in topics], "exclude": []},
+            "source_bootstrap": ",".join(amap.get(a, a) for a in _direct(doc, source).split(",")),
+            "source_address_map": amap, "target_bootstrap": _direct(doc, target),
+            "data_dir": state_dir, "log": os.path.join(state_dir, LOG_FILE),
+            "pid_file": os.path.join(state_dir, "mirror.pid"), "status_file": os.path.join(state_dir, "status.json")}
+
+
+def start_recorded(path: str, flow: FlowConfig) -> int:
+    """Start ``python -m mirror run --cluster PATH --flow NAME`` (the launcher's command line)
+    and record it in cluster.json, where ``mq down`` finds it."""
+    args = ["--cluster", os.path.abspath(path), "--flow", flow.name]
+    pid = start_flow(flow, args)
+    record_process(path, flow.name, pid, [sys.executable, "-m", "mirror", "run", *args],
+                   os.path.join(flow.state_dir, LOG_FILE))
+    return pid
 
 
 async def _ends(admin: Admin, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -152,7 +150,8 @@ async def _save_diverged(old: Admin, fo: dict, flow: FlowConfig, tps: list[Topic
     return copied
 
 
-async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Callable[[str], None]) -> dict:
+async def failback_flow(doc: dict, path: str, flow: FlowConfig, timeout_s: float,
+                        say: Callable[[str], None]) -> dict:
     fo_path = os.path.join(flow.state_dir, FAILOVER_STATE)
     fo = read_status(fo_path)
     if fo is None:
@@ -161,7 +160,9 @@ async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Call
     state = read_status(state_path) or {"step": 0, "started_ms": int(time.time() * 1000)}
     topics = list(fo["topics"])
     old_r, new_r = flow.source_region, flow.target_region
-    reverse = reverse_flow(doc, flow, topics)
+    entry = reverse_flow_entry(doc, path, flows_of(doc)[flow.name], topics)
+    add_flow(path, entry)
+    reverse = flow_from_entry(load_cluster(path), path, entry)
     deadline = time.monotonic() + timeout_s
     async with Admin(_direct(doc, old_r), client_id="mirror-failback") as old, \
             Admin(_direct(doc, new_r), client_id="mirror-failback") as new:
@@ -176,7 +177,7 @@ async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Call
             say(f"3. {old_r}: truncated at the promotion point")
             state["step"] = 3
             write_status(state_path, state)
-        pid = running_pid(reverse.state_dir) or start_flow(reverse, run_args(reverse))
+        pid = running_pid(reverse.state_dir) or start_recorded(path, reverse)
         say(f"4. reverse flow {reverse.name} running (pid {pid}, status in {reverse.state_dir})")
         goal = await _ends(new, tps)
         say(f"5. waiting until {old_r} has {new_r}'s records ({sum(goal.values())} in all, "
@@ -193,12 +194,12 @@ async def failback_flow(doc: dict, flow: FlowConfig, timeout_s: float, say: Call
         groups = await flow_groups(new, flow, fo.get("groups", {}).keys())
         synced = await sync_groups(new, old, groups, final)
         _, stopped = stop_flow(reverse.state_dir)
+        remove_flow(path, reverse.name)
         say(f"8. final offset sync of {len(synced)} group(s) {new_r} -> {old_r}; reverse flow {stopped}")
         for topic in topics:
             await old.alter_configs(topic, delete=[MIRROR_SOURCE_REGION])
         say(f"9. {old_r}: {', '.join(topics)} promoted: {old_r} is the writer again")
-    args = ["--cluster", flow.cluster_path, "--flow", flow.name] if flow.cluster_path else run_args(flow)
-    pid = start_flow(flow, args)
+    pid = start_recorded(path, flow)
     say(f"10. flow {flow.name} resumed (pid {pid})")
     done_ms = int(time.time() * 1000)
     os.replace(fo_path, os.path.join(flow.state_dir, f"failover-{fo['promoted_ms']}.done.json"))
@@ -219,7 +220,7 @@ def cmd_failback(args) -> int:
         raise FlowConfigError(f"no flow out of {args.to} has been failed over (nothing to fail back)")
     say = (lambda s: print(s, file=sys.stderr)) if args.json else print
     try:
-        reports = [asyncio.run(failback_flow(doc, f, args.catch_up_timeout_s, say)) for f in flows]
+        reports = [asyncio.run(failback_flow(doc, path, f, args.catch_up_timeout_s, say)) for f in flows]
     except TimeoutError as exc:
         print(f"python -m mirror failback: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,7 @@ For every flow into REGION, step by step (each step is printed):
    nothing is appended to the topics once they are writable;
 2. **read the mirrored end** of every partition of the flow's mirror topics in REGION
    (their high watermarks; the flow is stopped, so they no longer move);
-3. **ask the source** (through the link, as the mirror does; at most 5 s): its high
+3. **ask the source** (through the link, as the mirror does; it must answer within 3 s): its high
    watermarks give the records at risk exactly, ``source end - mirrored end`` (records
    acknowledged in the source that REGION does not have); and a **final group offset sync**
    copies the groups' last commits (clamped to the mirrored end). When the source does not
@@ -49,7 +49,8 @@ from mq.client import Admin
 from mq.core.errors import MqError
 from mq.core.types import LATEST_TIMESTAMP, TopicPartition
 
-SOURCE_TIMEOUT_S = 5.0
+SOURCE_PROBE_S = 3.0  # the source must answer a metadata request within this
+SOURCE_REQUEST_TIMEOUT_MS = 10_000
 FAILOVER_STATE = "failover.json"
 
 
@@ -74,12 +75,17 @@ def flows_into(path: str, region: str) -> list[FlowConfig]:
 async def _source_view(flow: FlowConfig, tps: list[TopicPartition], groups: list[str],
                        mirrored: dict[TopicPartition, int], target: Admin) -> tuple[dict, dict]:
     """Source high watermarks and the final group sync (raises if the source is silent)."""
-    async with Admin(flow.source_bootstrap, client_id=f"mirror-failover-{flow.name}",
-                     address_map=dict(flow.source_address_map),
-                     request_timeout_ms=int(SOURCE_TIMEOUT_S * 1000)) as source:
+    source = Admin(flow.source_bootstrap, client_id=f"mirror-failover-{flow.name}",
+                   address_map=dict(flow.source_address_map), request_timeout_ms=SOURCE_REQUEST_TIMEOUT_MS)
+    try:
+        # One quick probe decides whether the source answers: a lost region must not hold
+        # the fail-over up for a full request timeout per broker address.
+        await asyncio.wait_for(source.start(), SOURCE_PROBE_S)
         ends = await source.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}) if tps else {}
         names = await flow_groups(source, flow, groups)
         synced = await sync_groups(source, target, names, mirrored)
+    finally:
+        await source.close()
     return {tp: info.offset for tp, info in ends.items()}, synced
 
 
@@ -119,8 +125,7 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
         now = int(time.time() * 1000)
         synced: dict = {}
         try:
-            source_ends, synced = await asyncio.wait_for(
-                _source_view(flow, tps, groups, mirrored, target), SOURCE_TIMEOUT_S * 2)
+            source_ends, synced = await _source_view(flow, tps, groups, mirrored, target)
             at_risk = [AtRisk(tp.topic, tp.partition, source_ends[tp], mirrored[tp],
                               max(0, source_ends[tp] - mirrored[tp]), "source") for tp in sorted(tps)]
             say(f"3. source {flow.source_region} answered: records at risk counted exactly; "

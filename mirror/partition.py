@@ -16,8 +16,11 @@ the same offsets. Per partition:
   every append answer. A restarted mirror resumes there: nothing is lost, duplicated or
   reordered whatever the moment it was killed.
 * **gaps**: a fetch below the source's log start (retention deleted records before they
-  were mirrored) records the exact lost range ``[fetch offset, log start)`` and continues
-  at the log start; the next append asks the target to start there (``start_offset``).
+  were mirrored) makes a *candidate*; once everything fetched is appended, the target's end
+  decides: if it is the fetch offset, the exact lost range ``[target end, log start)`` is
+  recorded and copying continues at the log start, the next append asking the target to
+  start there (``start_offset``); if the target went further (an append of a killed
+  predecessor landed after this mirror read the target's end), there is no gap from there.
 
 The state is derived, never stored: ``blocked`` (the operator must act: the target is not
 a mirror topic, or the regions diverged), else ``stalled`` (a source or target problem
@@ -128,6 +131,7 @@ class PartitionMirror:
         self.append_retry_at_ms = 0
         self.append_sent_ms: int | None = None
         self.pending_start_offset = -1  # the next chunk starts after a gap
+        self.gap_candidate: tuple[int, int] | None = None  # (fetch offset, source log start)
         self.source_problem: str | None = None
         self.target_problem: str | None = None
         self.blocked_reason: str | None = None
@@ -174,6 +178,7 @@ class PartitionMirror:
         self.append_sent_ms = None
         self.fetching_since_ms = None
         self.pending_start_offset = -1
+        self.gap_candidate = None
         self.target_problem = None
 
     def needs_reset(self) -> bool:
@@ -182,7 +187,7 @@ class PartitionMirror:
     # ------------------------------------------------------------------ fetch side
 
     def wants_fetch(self, now_ms: int) -> bool:
-        return (self.fetch_offset is not None and self.blocked_reason is None
+        return (self.fetch_offset is not None and self.blocked_reason is None and self.gap_candidate is None
                 and self.fetching_since_ms is None and now_ms >= self.fetch_retry_at_ms
                 and self.buffered_bytes + (self.appending.size if self.appending else 0)
                 < self.max_buffered_bytes)
@@ -241,17 +246,37 @@ class PartitionMirror:
         offset = self.fetch_offset
         assert offset is not None
         if offset < log_start:
-            gap = Gap(self.tp, offset, log_start, wall_ms)
-            self.gaps.append(gap)
-            self.new_gaps.append(gap)
-            self.gap_records += gap.records
-            self.fetch_offset = log_start
-            self.pending_start_offset = log_start
+            # Not a gap yet: the target may hold more than this mirror knows (an append of a
+            # killed predecessor, still in a socket when this one read the target's end).
+            # Once what is fetched is appended, the target's end decides (``confirm_gap``).
+            self.gap_candidate = (offset, log_start)
             self.source_problem = None
             return
         self.block(f"the source partition ends at {high_watermark}, below the mirrored offset "
                    f"{offset}: the source lost records the target has (unclean election, or the "
                    f"topic was recreated); the target is not rewritten")
+
+    def needs_end_check(self) -> bool:
+        """A suspected gap waits for the target's end (everything fetched is appended)."""
+        return (self.gap_candidate is not None and self.blocked_reason is None and not self.buffered
+                and self.appending is None)
+
+    def confirm_gap(self, target_end: int, wall_ms: int) -> Gap | None:
+        """Given the target's end: a gap exactly ``[target end, source log start)``, or
+        none (the target already went further: continue from its end)."""
+        assert self.gap_candidate is not None
+        from_offset, log_start = self.gap_candidate
+        self.gap_candidate = None
+        if target_end != from_offset:
+            self.reset(target_end)
+            return None
+        gap = Gap(self.tp, from_offset, log_start, wall_ms)
+        self.gaps.append(gap)
+        self.new_gaps.append(gap)
+        self.gap_records += gap.records
+        self.fetch_offset = log_start
+        self.pending_start_offset = log_start
+        return gap
 
     # ------------------------------------------------------------------ append side
 
@@ -315,6 +340,7 @@ class PartitionMirror:
             self.buffered.clear()
             self.buffered_bytes = 0
             self.epoch += 1
+            self.gap_candidate = None
             self.target_problem = None
             return
         self.target_problem = f"target append failed: {code.name}: {message}"

@@ -32,16 +32,19 @@ def read_pid(state_dir: str) -> int | None:
 
 
 def is_alive(pid: int) -> bool:
+    """Whether ``pid`` runs. A zombie (exited, not yet reaped by its parent, e.g. a test
+    harness that started it) counts as gone: it no longer does anything."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:  # a zombie child of ours counts as gone
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
         return True
 
 

@@ -96,11 +96,12 @@ class FlowRunner:
             await cancel_tasks(tasks)
             self.state = "stopped"
             await self._write_status()
-            for client in (self.producer, self.source, self.target, self.fetch_client):
-                try:
+            try:
+                await self.producer.close(timeout_ms=0)  # a heartbeat still queued is not worth waiting for
+                for client in (self.source, self.target, self.fetch_client):
                     await client.close()
-                except MqError:
-                    pass
+            except MqError:
+                pass
             self._remove_pid()
             log.info("mirror flow=%s stopped", self.flow.name)
 
@@ -192,9 +193,17 @@ class FlowRunner:
             state = "starting"
         hb = next((p for p in snapshot if p.topic == HEARTBEATS_TOPIC), None)
         plan = self.discovery.plan
+        lags = [p.lag_seconds for p in snapshot if p.lag_seconds is not None]
+        p99s = [p.latency_p99_ms for p in snapshot if p.latency_p99_ms is not None]
+        reason = reason or next((f"{p.topic}-{p.partition}: {p.reason}" for p in snapshot if p.reason), "")
         return {
             "flow": self.flow.name, "source": self.flow.source_region, "target": self.flow.target_region,
             "pid": os.getpid(), "state": state, "reason": reason, "updated_ms": wall,
+            # the one-line summary `mq status` shows per flow
+            "updated_at_ms": wall, "error": reason if state in ("stalled", "blocked") else "",
+            "lag_records": sum(p.lag_records or 0 for p in snapshot),
+            "lag_ms": int(max(lags) * 1000) if lags else None,
+            "replication_latency_p99_ms": max(p99s) if p99s else None,
             "started_ms": self.started_ms, "metrics": self.metrics_address,
             "topics": dict(plan.mirrored), "problems": dict(plan.problems), "skipped": dict(plan.skipped),
             "errors": dict(self.problems),

@@ -64,7 +64,7 @@ def host_port(text: str) -> str:
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--bootstrap", metavar="HOST:PORT[,...]", default=None,
+        "-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]", default=None,
         help=f"broker(s) to contact first (default: $MQ_BOOTSTRAP, else the region `mq up` started here, "
              f"else {DEFAULT_BOOTSTRAP})",
     )
@@ -217,20 +217,32 @@ def topic_partitions(bootstrap: str, topic: str, *, timeout_s: float = 5.0) -> l
     Used before producing or consuming so that "no broker" and "no such topic" are
     said at once, in words, rather than after the client's retries time out.
     """
+    return topics_partitions(bootstrap, [topic], timeout_s=timeout_s)[topic]
+
+
+def topics_partitions(bootstrap: str, topics: list[str] | None, *,
+                      timeout_s: float = 5.0) -> dict[str, list[int]]:
+    """``{topic: partition numbers}`` of ``topics`` (each must exist), or of every topic
+    but the internal ones (``__consumer_offsets``...) when ``topics`` is None."""
     from mq.core.errors import ErrorCode as Code
     from mq.protocol.messages import MetadataRequest, MetadataResponse
 
-    response = probe(bootstrap, MetadataRequest(topics=[topic]), timeout_s=timeout_s)
+    response = probe(bootstrap, MetadataRequest(topics=topics), timeout_s=timeout_s)
     if not isinstance(response, MetadataResponse):
         raise CliError(f"the broker refused the metadata request: {response}", "see the broker log")
-    for t in response.topics:
-        if t.name == topic:
-            if t.error_code == Code.UNKNOWN_TOPIC:
-                raise unknown_topic(topic)
-            if t.error_code != Code.NONE:
-                raise MqError(Code(t.error_code), f"topic {topic!r}")
-            return sorted(p.partition for p in t.partitions)
-    raise unknown_topic(topic)
+    found = {t.name: t for t in response.topics}
+    if topics is None:
+        return {name: sorted(p.partition for p in t.partitions) for name, t in sorted(found.items())
+                if t.error_code == Code.NONE and not t.is_internal and not name.startswith("__")}
+    out = {}
+    for topic in topics:
+        t = found.get(topic)
+        if t is None or t.error_code == Code.UNKNOWN_TOPIC:
+            raise unknown_topic(topic)
+        if t.error_code != Code.NONE:
+            raise MqError(Code(t.error_code), f"topic {topic!r}")
+        out[topic] = sorted(p.partition for p in t.partitions)
+    return out
 
 
 def check_partition(topic: str, partition: int | None, partitions: list[int]) -> None:

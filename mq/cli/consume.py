@@ -1,62 +1,103 @@
-"""``mq consume TOPIC``: print records, like Kafka's console consumer.
+"""``mq consume TOPIC...``: print records, like Kafka's console consumer (and rpk's).
 
-Without ``--partition`` every partition of the topic is assigned (no consumer group:
-positions are not committed). With ``--group G`` the consumer joins group G instead:
-the coordinator assigns it partitions (start several to share the topic), it starts
-at the group's committed offsets (else at the end, or at the log start with
-``--from-beginning``: Kafka's ``auto.offset.reset=earliest``, which does not move
-offsets the group already committed), commits every few seconds and on exit, and
-leaves the group when it stops. Output is the value per line (``--format text``, raw
-bytes) or one JSON object per record (``--format json``; bytes as described in
-``mq.cli.records``). It stops after ``--max-messages`` records, or when
-``--timeout-ms`` passes without a new record; Ctrl-C and a closed pipe end it quietly.
+Without ``--group`` every partition of the named topics (and of every topic matching
+``--include REGEX``, found once at the start) is assigned (no consumer group: positions
+are not committed); ``--partition P`` narrows one topic to one partition. The start is
+the end (new records only), or ``--from-beginning``, ``--offset earliest|latest|N`` (N
+is clamped into [log start, log end] of each partition, with a note), or ``--from-time``.
+
+With ``--group G`` the consumer joins group G instead: the coordinator assigns it
+partitions of the topics (``--include``: of every topic matching the pattern, also ones
+created later), it starts at the group's committed offsets (else at the end, or at the
+log start with ``--from-beginning``: Kafka's ``auto.offset.reset=earliest``, which does
+not move offsets the group already committed), commits every few seconds and on exit,
+and leaves the group when it stops. ``--assignor``, ``--group-instance-id``,
+``--session-timeout-ms`` and ``--consumer-property`` (Kafka's consumer config names,
+``mq.cli.client_props``) configure the member.
+
+Output: ``mq.cli.formatter`` (Kafka's ``--property print.*``, an rpk-style format
+string, or JSON). It stops after ``--max-messages`` records, or when ``--timeout-ms``
+passes without a new record; Ctrl-C and a closed pipe end it quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import re
 import signal
 import sys
 import time
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from mq.cli.common import EXIT_USAGE, CliError, add_bootstrap, check_partition, topic_partitions
-from mq.cli.records import bytes_to_json, headers_to_json
+from mq.cli import client_props
+from mq.cli.common import (
+    EXIT_USAGE,
+    CliError,
+    add_bootstrap,
+    check_partition,
+    key_value,
+    topics_partitions,
+)
+from mq.cli.formatter import FORMAT_HELP, FormatError, renderer
 from mq.core.types import TopicPartition
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "consume", help="print records of a topic",
-        description="Print the records of a topic, by default only new ones.\n"
+        "consume", help="print records of topics",
+        description="Print the records of topics, by default only new ones.\n"
                     "JSON output: one object per line with topic, partition, offset, key, value,\n"
                     'timestamp (ms) and headers ([[name, value], ...]); bytes that are not UTF-8\n'
                     'appear as {"base64": "..."}.',
     )
-    p.add_argument("topic", metavar="TOPIC", help="topic name")
+    p.add_argument("topics", nargs="*", metavar="TOPIC", help="topic name (several allowed)")
+    p.add_argument("-t", "--topic", dest="topic_options", action="append", default=[], metavar="TOPIC",
+                   help="a topic, as kafka-console-consumer and kcat name it (repeatable; adds to TOPIC)")
+    p.add_argument("--include", metavar="REGEX",
+                   help="also every topic whose whole name matches REGEX (internal __ topics never match); "
+                        "with --group the coordinator follows topics created later")
     add_bootstrap(p)
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
-    start.add_argument("--offset", type=_offset, metavar="N",
-                       help="start at offset N (or 'earliest' / 'latest') in each consumed partition")
+    start.add_argument("-o", "--offset", type=_offset, metavar="N",
+                       help="start at offset N (clamped into [log start, log end]), or at 'earliest' / 'latest', "
+                            "in each consumed partition")
     start.add_argument("--from-time", type=_iso_time_ms, metavar="ISO8601",
                        help="start at the first record with timestamp >= this, e.g. 2026-11-25T14:30:00Z "
                             "(no zone: local time)")
-    p.add_argument("--partition", type=int, metavar="P", help="consume only partition P (default: all)")
-    p.add_argument("--group", metavar="GROUP",
+    p.add_argument("-p", "--partition", type=int, metavar="P",
+                   help="consume only partition P of the one topic (default: all)")
+    p.add_argument("-g", "--group", metavar="GROUP",
                    help="join consumer group GROUP: share the partitions with its other members, start at its "
                         "committed offsets and commit on the way (--from-beginning: where none is committed, "
                         "start at the log start)")
+    p.add_argument("--assignor", type=_assignors, metavar="NAME[,NAME]",
+                   help=f"--group: the partition assignor(s) this member proposes, one of "
+                        f"{', '.join(client_props.ASSIGNORS)} (default: range)")
+    p.add_argument("--group-instance-id", metavar="ID",
+                   help="--group: a static member id (KIP-345): a restart within the session timeout keeps "
+                        "the partitions without a rebalance")
+    p.add_argument("--session-timeout-ms", type=_non_negative, metavar="MS",
+                   help="--group: how long the coordinator waits for a silent member before it rebalances "
+                        "(default: 45000)")
+    p.add_argument("--consumer-property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Kafka consumer config (repeatable): "
+                        f"{client_props.names_help(client_props.CONSUMER_PROPERTIES)}")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
     p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
-                   "(with --group: T ms after joining the group) "
+                   "(with --group: counted only while the member holds an assignment, not while it joins or "
+                   "rejoins the group) "
                    "(default: wait forever)")
-    p.add_argument("--format", choices=["text", "json"], default="text",
-                   help="text: the value (raw bytes) per line; json: one object per record (default: text)")
-    p.add_argument("--print-key", action="store_true", help="text format: print KEY<TAB>VALUE")
+    p.add_argument("-f", "--format", default="text", metavar="text|json|FORMAT", help=FORMAT_HELP.replace("%", "%%"))
+    p.add_argument("--property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="--format text: a Kafka formatter property (repeatable): print.key, print.timestamp, "
+                        "print.partition, print.offset, print.headers, print.value (true/false), key.separator "
+                        "(default tab), line.separator (newline), headers.separator (,), null.literal (null); "
+                        "escapes \\t \\n \\r \\xNN are understood")
+    p.add_argument("--print-key", action="store_true", help="--format text: print KEY<TAB>VALUE "
+                   "(the same as --property print.key=true)")
     p.set_defaults(func=run_consume)
 
 
@@ -72,6 +113,19 @@ def _offset(text: str) -> int | str:
     return value
 
 
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of milliseconds")
+    return int(text)
+
+
+def _assignors(text: str) -> list[str]:
+    try:
+        return client_props.assignor_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _iso_time_ms(text: str) -> int:
     """ISO-8601 (``2026-11-25T14:30:00Z``, ``2026-11-25 14:30+01:00``, ``2026-11-25``)
     or epoch milliseconds -> epoch milliseconds. No zone means local time."""
@@ -85,16 +139,82 @@ def _iso_time_ms(text: str) -> int:
     return int(moment.astimezone().timestamp() * 1000)
 
 
-def _check_group_args(args: argparse.Namespace) -> None:
-    if not args.group.strip():
-        raise CliError("--group must not be empty", "name the group, e.g. --group analytics", exit_code=EXIT_USAGE)
+def _usage(what: str, todo: str) -> CliError:
+    return CliError(what, todo, exit_code=EXIT_USAGE)
+
+
+def consumer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Consumer`` keyword arguments: dedicated flags over ``--consumer-property``."""
+    props = client_props.client_kwargs(args.consumer_property, client_props.CONSUMER_PROPERTIES,
+                                       "--consumer-property")
+    flags = {
+        "group_id": ("--group", args.group),
+        "group_instance_id": ("--group-instance-id", args.group_instance_id),
+        "assignor": ("--assignor", args.assignor),
+        "session_timeout_ms": ("--session-timeout-ms", args.session_timeout_ms),
+        "auto_offset_reset": ("--from-beginning", "earliest" if args.from_beginning else None),
+    }
+    kwargs = client_props.merge(flags, props, "--consumer-property", client_props.CONSUMER_PROPERTIES)
+    kwargs.setdefault("auto_offset_reset", "latest")
+    kwargs.setdefault("client_id", "mq-console-consumer")
+    if kwargs.get("group_id") is not None:
+        kwargs.setdefault("enable_auto_commit", True)
+    return kwargs
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.max_messages is not None and args.max_messages < 1:
+        raise CliError("--max-messages must be at least 1", "omit it to consume without a limit")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CliError("--timeout-ms must not be negative", "omit it to wait forever")
+    args.topics = list(dict.fromkeys([*args.topics, *args.topic_options]))
+    if not args.topics and args.include is None:
+        raise _usage("no topic to consume", "name one (mq consume TOPIC), several, or --include REGEX")
+    if args.include is not None:
+        try:
+            re.compile(args.include)
+        except re.error as exc:
+            raise _usage(f"--include {args.include!r} is not a regular expression: {exc}",
+                         "use Python's syntax, e.g. --include 'orders\\..*'") from None
+    if args.partition is not None and (len(args.topics) != 1 or args.include is not None):
+        raise _usage("--partition needs exactly one topic", "name one topic and drop --include")
+    if args.group is not None and not args.group.strip():
+        raise _usage("--group must not be empty", "name the group, e.g. --group analytics")
+    if args.group is None:
+        for flag, value in (("--assignor", args.assignor), ("--group-instance-id", args.group_instance_id),
+                            ("--session-timeout-ms", args.session_timeout_ms)):
+            if value is not None:
+                raise _usage(f"{flag} needs --group", f"add --group GROUP, or drop {flag}")
+        return
     for flag, value in (("--partition", args.partition), ("--offset", args.offset),
                         ("--from-time", args.from_time)):
         if value is not None:
-            raise CliError(f"{flag} cannot be used with --group (the group assigns partitions and keeps "
-                           "their offsets)",
-                           f"drop {flag}, or move the group's offsets with `mq group reset-offsets {args.group}`",
-                           exit_code=EXIT_USAGE)
+            raise _usage(f"{flag} cannot be used with --group (the group assigns partitions and keeps "
+                         "their offsets)",
+                         f"drop {flag}, or move the group's offsets with `mq group reset-offsets {args.group}`")
+
+
+def subscription_pattern(topics: list[str], include: str) -> str:
+    """One pattern for named topics plus ``--include`` (the coordinator matches whole names)."""
+    return "|".join([*(re.escape(t) for t in topics), f"(?:{include})"])
+
+
+def resolve_partitions(args: argparse.Namespace) -> list[TopicPartition]:
+    """Without a group: every partition to assign, named topics first, then matches."""
+    named = topics_partitions(args.bootstrap, args.topics) if args.topics else {}
+    found = dict(named)
+    if args.include is not None:
+        pattern = re.compile(args.include)
+        matching = {t: ps for t, ps in topics_partitions(args.bootstrap, None).items() if pattern.fullmatch(t)}
+        if not matching and not named:
+            raise CliError(f"no topic matches --include {args.include!r}",
+                           "see the topics with `mq topic list` (the pattern must match the whole name)")
+        found.update((t, ps) for t, ps in matching.items() if t not in found)
+    if args.partition is not None:
+        [(topic, partitions)] = found.items()
+        check_partition(topic, args.partition, partitions)
+        found = {topic: [args.partition]}
+    return [TopicPartition(t, p) for t, ps in found.items() for p in ps]
 
 
 class _Progress:
@@ -103,19 +223,23 @@ class _Progress:
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    if args.max_messages is not None and args.max_messages < 1:
-        raise CliError("--max-messages must be at least 1", "omit it to consume without a limit")
-    if args.timeout_ms is not None and args.timeout_ms < 0:
-        raise CliError("--timeout-ms must not be negative", "omit it to wait forever")
-    if args.group is not None:
-        _check_group_args(args)
-    partitions = topic_partitions(args.bootstrap, args.topic)
-    check_partition(args.topic, args.partition, partitions)
-    if args.partition is not None:
-        partitions = [args.partition]
+    try:
+        render = renderer(args.format, args.property, print_key=args.print_key)
+    except FormatError as exc:
+        raise _usage(f"bad --format/--property: {exc}", "see `mq consume --help`") from None
+    kwargs = consumer_kwargs(args)
+    args.group = kwargs.get("group_id")
+    _check_args(args)
+    if args.group is None:
+        tps = resolve_partitions(args)
+    else:
+        tps = []
+        if args.topics:
+            topics_partitions(args.bootstrap, args.topics)  # "no such topic" now, in words
     progress = _Progress()
     try:
-        asyncio.run(_consume(args, partitions, sys.stdout.buffer, progress))
+        args.render = render
+        asyncio.run(_consume(args, kwargs, tps, sys.stdout.buffer, progress))
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:
@@ -127,29 +251,36 @@ def run_consume(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _consume(args: argparse.Namespace, partitions: list[int], out: BinaryIO,
-                   progress: _Progress) -> None:
+def _writer(out: BinaryIO, render):
+    """``write(record)``: the rendered record to ``out``; ``%i`` counts from 1."""
+    count = 0
+
+    def write(record: Any) -> None:
+        nonlocal count
+        count += 1
+        out.write(render(record, count))
+    return write
+
+
+async def _consume(args: argparse.Namespace, kwargs: dict[str, Any], tps: list[TopicPartition],
+                   out: BinaryIO, progress: _Progress) -> None:
     from mq.client import Consumer
 
-    tps = [TopicPartition(args.topic, p) for p in partitions]
-    reset = "earliest" if args.from_beginning else "latest"
-    if args.group is None:
-        consumer = Consumer(args.bootstrap, auto_offset_reset=reset, client_id="mq-console-consumer")
-    else:
-        consumer = Consumer(args.bootstrap, auto_offset_reset=reset, client_id="mq-console-consumer",
-                            group_id=args.group, enable_auto_commit=True)
+    consumer = Consumer(args.bootstrap, **kwargs)
     if args.group is not None:
         _stop_on_sigterm()
     async with consumer:
         if args.group is None:
             consumer.assign(tps)
-            _seek(consumer, tps, args)  # lazy: the first poll resolves it, without delay
+            await _seek(consumer, tps, args)
+        elif args.include is not None:
+            consumer.subscribe(pattern=subscription_pattern(args.topics, args.include))
         else:
-            consumer.subscribe([args.topic])
+            consumer.subscribe(args.topics)
         try:
             await _loop(consumer, args, out, progress)
         finally:
-            if args.group is not None:
+            if args.group is not None and kwargs.get("enable_auto_commit", True):
                 await _commit_on_exit(consumer, args.group)
 
 
@@ -176,7 +307,7 @@ async def _commit_on_exit(consumer: Any, group: str) -> None:
 
 
 async def _loop(consumer: Any, args: argparse.Namespace, out: BinaryIO, progress: _Progress) -> None:
-    write = _json_writer(out) if args.format == "json" else _text_writer(out, args.print_key)
+    write = _writer(out, args.render)
     last_record = time.monotonic()
     while args.max_messages is None or progress.count < args.max_messages:
         wait_ms = 500
@@ -187,8 +318,10 @@ async def _loop(consumer: Any, args: argparse.Namespace, out: BinaryIO, progress
             wait_ms = int(min(wait_ms, max(1, left_ms)))
         left = None if args.max_messages is None else args.max_messages - progress.count
         records = await consumer.poll(timeout_ms=wait_ms, max_records=left)
-        if args.group is not None and consumer.group_metadata().generation_id < 0:
-            last_record = time.monotonic()  # the timeout counts from joining the group
+        if args.group is not None and consumer.metrics()["member_state"] != "stable":
+            # The timeout counts only while the member holds an assignment: a member that
+            # is joining or rejoining (its partitions revoked) has had no chance to read.
+            last_record = time.monotonic()
         if not records:
             continue
         last_record = time.monotonic()
@@ -200,35 +333,26 @@ async def _loop(consumer: Any, args: argparse.Namespace, out: BinaryIO, progress
         out.flush()
 
 
-def _seek(consumer: Any, tps: list[TopicPartition], args: argparse.Namespace) -> None:
+async def _seek(consumer: Any, tps: list[TopicPartition], args: argparse.Namespace) -> None:
+    """Where each assigned partition starts. Beginning, end and time are lazy (the first
+    poll resolves them); ``--offset N`` is clamped into [log start, log end] first, so an
+    offset already deleted starts at the log start and one past the end waits there for
+    new records, instead of falling back to the reset policy (the end)."""
     if args.from_beginning or args.offset == "earliest":
         consumer.seek_to_beginning(*tps)
     elif args.from_time is not None:
         consumer.seek_to_timestamp(args.from_time, *tps)
     elif isinstance(args.offset, int):
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
         for tp in tps:
-            consumer.seek(tp, args.offset)
+            offset = min(max(args.offset, starts[tp]), ends[tp])
+            if offset != args.offset:
+                held = (f"holds offsets {starts[tp]}..{ends[tp] - 1}" if ends[tp] > starts[tp]
+                        else "holds no records")
+                where = "log start" if args.offset < offset else "log end"
+                print(f"note: {tp.topic}-{tp.partition} {held}; starting at the {where} {offset}, "
+                      f"not {args.offset}", file=sys.stderr)
+            consumer.seek(tp, offset)
     else:
         consumer.seek_to_end(*tps)
-
-
-def _text_writer(out: BinaryIO, print_key: bool):
-    def write(record: Any) -> None:
-        value = b"null" if record.value is None else bytes(record.value)
-        if print_key:
-            key = b"null" if record.key is None else bytes(record.key)
-            out.write(key + b"\t" + value + b"\n")
-        else:
-            out.write(value + b"\n")
-    return write
-
-
-def _json_writer(out: BinaryIO):
-    def write(record: Any) -> None:
-        doc = {
-            "topic": record.topic, "partition": record.partition, "offset": record.offset,
-            "key": bytes_to_json(record.key), "value": bytes_to_json(record.value),
-            "timestamp": record.timestamp, "headers": headers_to_json(record.headers),
-        }
-        out.write(json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n")
-    return write

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from typing import Any
 
 from mq.cli import group_reset
 from mq.cli.common import CliError, add_bootstrap, require_broker
-from mq.cli.output import console, print_table, table
+from mq.cli.output import cell, console, print_json, print_table, table
 from mq.core.errors import ErrorCode, MqError
 
 DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS",
@@ -85,8 +84,8 @@ def run_list(args: argparse.Namespace) -> int:
 
     groups = asyncio.run(fetch())
     if args.json:
-        print(json.dumps([{"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type,
-                           "coordinator": g.coordinator_id} for g in groups], indent=2))
+        print_json([{"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type,
+                     "coordinator": g.coordinator_id} for g in groups])
         return 0
     if not groups:
         console().print("no consumer groups yet — start one with `mq consume TOPIC --group GROUP`")
@@ -146,22 +145,14 @@ def describe_doc(group_id: str, description: Any, lags: list[Any]) -> dict:
     }
 
 
-def _cell(value: Any) -> str:
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value)
-
-
 def partition_rows(doc: dict) -> list[list[str]]:
     """DESCRIBE_COLUMNS rows: one per partition, then one per member owning nothing."""
-    rows = [[doc["group_id"], p["topic"], str(p["partition"]), _cell(p["current_offset"]),
-             _cell(p["log_end_offset"]), _cell(p["lag"]), _cell(p["lag_seconds"]), _cell(p["member_id"]),
-             _cell(p["client_id"]), _cell(p["host"])] for p in doc["partitions"]]
+    rows = [[doc["group_id"], p["topic"], str(p["partition"]), cell(p["current_offset"]),
+             cell(p["log_end_offset"]), cell(p["lag"]), cell(p["lag_seconds"]), cell(p["member_id"]),
+             cell(p["client_id"]), cell(p["host"])] for p in doc["partitions"]]
     owning = {p["member_id"] for p in doc["partitions"]}
-    rows += [[doc["group_id"], "-", "-", "-", "-", "-", "-", mem["member_id"], _cell(mem["client_id"]),
-              _cell(mem["host"])] for mem in doc["members"] if mem["member_id"] not in owning]
+    rows += [[doc["group_id"], "-", "-", "-", "-", "-", "-", mem["member_id"], cell(mem["client_id"]),
+              cell(mem["host"])] for mem in doc["members"] if mem["member_id"] not in owning]
     return rows
 
 
@@ -172,22 +163,22 @@ def member_rows(doc: dict) -> list[list[str]]:
         for topic, partition in mem["assignment"]:
             by_topic.setdefault(topic, []).append(partition)
         assignment = " ".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(by_topic.items()))
-        rows.append([doc["group_id"], mem["member_id"], _cell(mem["group_instance_id"]), _cell(mem["client_id"]),
-                     _cell(mem["host"]), str(len(mem["assignment"])), assignment or "-"])
+        rows.append([doc["group_id"], mem["member_id"], cell(mem["group_instance_id"]), cell(mem["client_id"]),
+                     cell(mem["host"]), str(len(mem["assignment"])), assignment or "-"])
     return rows
 
 
 def summary_line(doc: dict) -> str:
     members = len(doc["members"])
     return (f"group {doc['group_id']}: state {doc['state']}, assignor {doc['assignor'] or '-'}, "
-            f"generation {doc['generation_id']}, coordinator {_cell(doc['coordinator'])}, "
+            f"generation {doc['generation_id']}, coordinator {cell(doc['coordinator'])}, "
             f"{members} member{'s' if members != 1 else ''}")
 
 
 def run_describe(args: argparse.Namespace) -> int:
     doc = asyncio.run(_describe(args))
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0
     console().print(summary_line(doc))
     if args.members:

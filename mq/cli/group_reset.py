@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mq.cli.common import EXIT_USAGE, CliError, add_bootstrap, unknown_topic
-from mq.cli.output import print_table, table
+from mq.cli.output import print_json, print_table, table
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
@@ -53,7 +53,7 @@ def register(gsub: argparse._SubParsersAction) -> None:
                     "exactly one --to-*/--shift-by/--by-duration/--from-file strategy.")
     p.add_argument("group", metavar="GROUP", help="group id")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--topic", action="append", type=_arg("parse_topic_spec"), metavar="TOPIC[:P,P]",
+    which.add_argument("-t", "--topic", action="append", type=_arg("parse_topic_spec"), metavar="TOPIC[:P,P]",
                        help="a topic, or some of its partitions (clicks:0,2); repeatable")
     which.add_argument("--all-topics", action="store_true",
                        help="every partition the group has committed offsets for")
@@ -73,8 +73,10 @@ def register(gsub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    p.add_argument("--export", action="store_true",
-                   help="print the plan as topic,partition,offset CSV (for --from-file) instead of a table")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--export", action="store_true",
+                        help="print the plan as topic,partition,offset CSV (for --from-file) instead of a table")
+    output.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     add_bootstrap(p)
     p.set_defaults(func=run_reset)
 
@@ -188,6 +190,13 @@ def plan_rows(group_id: str, plan: list[PlannedReset]) -> list[list[str]]:
             for p in plan]
 
 
+def plan_doc(group_id: str, plan: list[PlannedReset], *, executed: bool) -> dict:
+    """The document of ``mq group reset-offsets --json``."""
+    return {"group_id": group_id, "executed": executed,
+            "partitions": [{"topic": p.tp.topic, "partition": p.tp.partition, "current_offset": p.current,
+                            "new_offset": p.new, "clamped": p.clamped} for p in plan]}
+
+
 def run_reset(args: argparse.Namespace) -> int:
     from mq.client.internals.offset_reset import plan_to_csv
 
@@ -195,6 +204,8 @@ def run_reset(args: argparse.Namespace) -> int:
     plan, busy = asyncio.run(_plan(args, spec))
     if args.export:
         sys.stdout.write(plan_to_csv(plan))
+    elif args.json:
+        print_json(plan_doc(args.group, plan, executed=args.execute))
     else:
         t = table(*PLAN_COLUMNS)
         for row in plan_rows(args.group, plan):

@@ -9,10 +9,9 @@ records); ``--both`` also changes west->east. The work is done by
 from __future__ import annotations
 
 import argparse
-import json
 
 from mq.cli.common import EXIT_USAGE, CliError
-from mq.cli.output import console, human_bytes, print_table, table
+from mq.cli.output import cell, console, human_bytes, print_json, print_table, table
 
 CUT_HELP = ("blackhole (default): a WAN outage — open connections go silent and new ones hang, and what was sent "
             "is delivered on heal; refuse: a firewall REJECT — connections are reset at once")
@@ -95,13 +94,13 @@ def _guard(call):
 def run_list(args: argparse.Namespace) -> int:
     statuses = _guard(lambda: _links(args).list())
     if args.json:
-        print(json.dumps([s.to_json() for s in statuses], indent=2))
+        print_json([s.to_json() for s in statuses])
         return 0
     t = table("link", "state", "latency", "jitter", "bandwidth", "loss", "connections", "carried", "control")
     for s in statuses:
         t.add_row(s.name, _state(s), f"{s.settings.latency_ms:g} ms", f"±{s.settings.jitter_ms:g} ms",
                   _bandwidth(s.settings.bandwidth_mbit), f"{s.settings.loss * 100:g}%",
-                  "-" if s.connections is None else str(s.connections), human_bytes(s.bytes), s.control)
+                  cell(s.connections), human_bytes(s.bytes), s.control)
     print_table(t)
     return 0
 

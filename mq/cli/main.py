@@ -31,9 +31,9 @@ DESCRIPTION = """\
 mq: a Kafka-class event streaming platform.
 
 Start a broker with `mq up`, then create topics, produce and consume.
-Client commands find the broker with --bootstrap, else --region NAME (a region `mq up`
-started: its cluster.json in $MQ_DATA_DIR, else ./.mq), else $MQ_BOOTSTRAP, else
-$MQ_REGION, else the one region `mq up` started here, else localhost:9092.
+Client commands find the broker with --bootstrap (-b, --bootstrap-server), else --region NAME
+(a region `mq up` started: its cluster.json in $MQ_DATA_DIR, else ./.mq), else $MQ_BOOTSTRAP,
+else $MQ_REGION, else the one region `mq up` started here, else localhost:9092.
 Set MQ_DEBUG=1 to see Python tracebacks."""
 
 

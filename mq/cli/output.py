@@ -1,6 +1,18 @@
-"""Terminal output: rich tables on stdout, plain lines when piped, sizes for humans."""
+"""Terminal output, one convention for every listing.
+
+- Tables: ``table(...)`` on stdout, rich's SIMPLE_HEAD box, column headers in the style of
+  Kafka's and rpk's tools (``LOG-END-OFFSET``: upper case, words joined by dashes; callers
+  may write ``"log end offset"``), ``-`` for an empty cell (``cell``), plain rows that never
+  wrap when piped (``print_table``).
+- JSON: ``--json`` prints one document with ``print_json``; its shape is documented, field
+  by field, in docs/reference/json-output.md (``mq.cli.schemas``, checked by the tests).
+- Sizes for humans: ``human_bytes``.
+"""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -16,9 +28,27 @@ def console() -> Console:
     return _stdout
 
 
+def header(name: str) -> str:
+    """``"log end offset"`` -> ``"LOG-END-OFFSET"`` (already-styled names pass through)."""
+    return "-".join(name.upper().split())
+
+
 def table(*columns: str, title: str | None = None) -> Table:
-    t = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    return t
+    return Table(*(header(c) for c in columns), title=title, box=box.SIMPLE_HEAD, title_justify="left",
+                 pad_edge=False)
+
+
+def cell(value: Any) -> str:
+    """A table cell: ``-`` for nothing, ``yes``/``no``, ids joined by commas, 0.1 precision."""
+    if value is None or value == "" or value == [] or value == ():
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def print_table(t: Table) -> None:
@@ -29,6 +59,11 @@ def print_table(t: Table) -> None:
     else:
         wide = Console(highlight=False, width=max(out.width, 200), color_system=None)
         wide.print(t)
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (indented, UTF-8 as is)."""
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 def human_bytes(n: int | None) -> str:

@@ -5,11 +5,14 @@ flight (``--window``): the producer batches them per partition (``linger_ms``,
 ``batch_size``) while more lines are read, and results are collected oldest first,
 so a report lists records in input order.
 
-With ``--key-separator S`` a line ``k<S>v`` becomes key ``k`` and value ``v``. A line
-without the separator is sent whole as the value with no key (Kafka's console
-producer does this with ``ignore.error=true``; by default it stops with "No key
-separator found"): a note on stderr counts such lines, and ``--require-key`` restores
-Kafka's strict default.
+A line is parsed by ``mq.cli.line_reader`` (Kafka's ``LineMessageReader``:
+``--property parse.key=true``, ``parse.headers=true`` and their separators). The older
+shorthand ``--key-separator S`` splits at the first S and sends a line without S whole as
+the value with no key (Kafka's ``ignore.error=true``; a note counts such lines), unless
+``--require-key``. A line that cannot be parsed is reported on stderr with its line number
+and not sent; the rest are sent, and the exit code is 1. With ``--strict`` nothing after
+that line is sent (what Kafka's console producer and rpk do: they stop at the first bad
+line); the records before it are still flushed and acknowledged.
 """
 
 from __future__ import annotations
@@ -26,38 +29,65 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from mq.cli.common import CliError, add_bootstrap, check_partition, explain, topic_partitions
+from mq.cli import client_props
+from mq.cli.common import (
+    CliError,
+    add_bootstrap,
+    check_partition,
+    explain,
+    key_value,
+    topic_partitions,
+)
+from mq.cli.formatter import FormatError
+from mq.cli.line_reader import PROPERTIES, LineError, LineFormat
 from mq.cli.records import bytes_to_json
 
 READ_CHUNK = 256 * 1024
-ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+ACKS = {"0": 0, "1": 1, "all": "all", "-1": "all"}
+SHOWN_BAD_LINES = 20  # per-line reports on stderr; the summary counts them all
+DEFAULTS = {"acks": 1, "linger_ms": 5, "batch_size": 64 * 1024, "delivery_timeout_ms": 30_000,
+            "client_id": "mq-console-producer"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "produce", help="send stdin lines as records",
         description="Send each line of stdin (without its newline) as one record.\n"
-                    "Exits 0 only if every record was acknowledged.",
+                    "Exits 0 only if every line was parsed and every record acknowledged.",
     )
-    p.add_argument("topic", metavar="TOPIC", help="topic name")
+    p.add_argument("topic", nargs="?", metavar="TOPIC", help="topic name")
+    p.add_argument("-t", "--topic", dest="topic_option", metavar="TOPIC",
+                   help="the topic, as kafka-console-producer and kcat name it (instead of TOPIC)")
     add_bootstrap(p)
+    p.add_argument("--property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Kafka line reader property (repeatable): parse.key, parse.headers, ignore.error "
+                        "(true/false), key.separator (default tab), headers.delimiter (tab), headers.separator "
+                        "(,), headers.key.separator (:), null.marker (a key or value equal to it is null); "
+                        "a line is HEADERS<delimiter>KEY<separator>VALUE; escapes \\t \\n \\xNN are understood")
     p.add_argument("--key-separator", metavar="S",
                    help="split each line at the first S into key and value "
                         "(a line without S is sent whole as the value, with no key)")
     p.add_argument("--require-key", action="store_true",
-                   help="with --key-separator: stop at the first line without S (Kafka's default)")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="1",
-                   help="0: don't wait, 1: leader appended, all: in-sync replicas (default: 1)")
-    p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P "
+                   help="with --key-separator: a line without S is a bad line (Kafka's default)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first line that cannot be parsed: nothing after it is sent "
+                        "(default: report it with its line number, send the rest, exit 1)")
+    p.add_argument("--acks", choices=["0", "1", "all", "-1"], default=None,
+                   help="0: don't wait, 1: leader appended, all (-1): in-sync replicas (default: 1)")
+    p.add_argument("-p", "--partition", type=int, metavar="P", help="send every record to partition P "
                    "(default: by key hash, sticky for records without a key)")
-    p.add_argument("--compression", choices=["none", "gzip", "lz4", "zstd"], default="none",
+    p.add_argument("-z", "--compression", "--compression-codec", dest="compression",
+                   choices=list(client_props.COMPRESSION), default=None,
                    help="batch compression codec (default: none)")
-    p.add_argument("--linger-ms", type=int, default=5, metavar="MS",
+    p.add_argument("--linger-ms", type=int, default=None, metavar="MS",
                    help="how long a batch waits for more records (default: 5)")
-    p.add_argument("--batch-size", type=int, default=64 * 1024, metavar="BYTES",
+    p.add_argument("--batch-size", type=int, default=None, metavar="BYTES",
                    help="target batch size per partition (default: 65536)")
-    p.add_argument("--delivery-timeout-ms", type=int, default=30_000, metavar="MS",
+    p.add_argument("--delivery-timeout-ms", type=int, default=None, metavar="MS",
                    help="give up on a record not acknowledged within this (default: 30000)")
+    p.add_argument("--producer-property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Kafka producer config (repeatable): "
+                        f"{client_props.names_help(client_props.PRODUCER_PROPERTIES)}")
     p.add_argument("--window", type=int, default=20_000, metavar="N",
                    help="records in flight before waiting for the oldest (default: 20000)")
     p.add_argument("--report", metavar="FILE",
@@ -65,11 +95,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_produce)
 
 
-def run_produce(args: argparse.Namespace) -> int:
+def producer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Producer`` keyword arguments: dedicated flags over ``--producer-property``
+    over the console producer's defaults."""
+    props = client_props.client_kwargs(args.producer_property, client_props.PRODUCER_PROPERTIES,
+                                       "--producer-property")
+    flags = {
+        "acks": ("--acks", None if args.acks is None else ACKS[args.acks]),
+        "compression": ("--compression", args.compression),
+        "linger_ms": ("--linger-ms", args.linger_ms),
+        "batch_size": ("--batch-size", args.batch_size),
+        "delivery_timeout_ms": ("--delivery-timeout-ms", args.delivery_timeout_ms),
+    }
+    kwargs = {**DEFAULTS, **client_props.merge(flags, props, "--producer-property",
+                                               client_props.PRODUCER_PROPERTIES)}
+    if kwargs.get("compression") == "none":
+        kwargs["compression"] = None
+    kwargs.setdefault("request_timeout_ms", min(30_000, kwargs["delivery_timeout_ms"]))
+    return kwargs
+
+
+def line_format(args: argparse.Namespace) -> LineFormat:
     if args.require_key and args.key_separator is None:
         raise CliError("--require-key needs --key-separator", "add --key-separator S")
     if args.key_separator == "":
         raise CliError("--key-separator must not be empty", "pass a separator such as ':' or a tab")
+    base: dict[str, Any] = {}
+    if args.key_separator is not None:
+        clash = [k for k, _ in args.property if k in ("parse.key", "key.separator", "ignore.error")]
+        if clash:
+            raise CliError(f"--key-separator and --property {clash[0]} both say how keys are read",
+                           "use one of them", exit_code=2)
+        base = {"parse_key": True, "key_separator": args.key_separator.encode(),
+                "ignore_error": not args.require_key}
+    try:
+        return LineFormat.from_properties(args.property, **base)
+    except FormatError as exc:
+        raise CliError(f"bad --property: {exc}", f"the properties are {', '.join(PROPERTIES)}",
+                       exit_code=2) from None
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    if args.topic is not None and args.topic_option is not None and args.topic != args.topic_option:
+        raise CliError(f"two topics: {args.topic} and -t {args.topic_option}", "name one topic", exit_code=2)
+    args.topic = args.topic or args.topic_option
+    if args.topic is None:
+        raise CliError("no topic to produce to", "name it: mq produce TOPIC", exit_code=2)
+    reader = line_format(args)
+    kwargs = producer_kwargs(args)
     if args.window < 1:
         raise CliError("--window must be at least 1", "use the default or a positive number")
     partitions = topic_partitions(args.bootstrap, args.topic)
@@ -78,11 +151,11 @@ def run_produce(args: argparse.Namespace) -> int:
         print(f"type records for {args.topic}, one per line; Ctrl-D to finish", file=sys.stderr)
     report = open(args.report, "w", encoding="utf-8") if args.report else None  # noqa: SIM115
     try:
-        stats = asyncio.run(_produce(args, sys.stdin.buffer, report))
+        stats = asyncio.run(_produce(args, kwargs, reader, sys.stdin.buffer, report))
     finally:
         if report is not None:
             report.close()
-    return _summarize(args, stats)
+    return _summarize(args, reader, stats)
 
 
 class _Stats:
@@ -92,31 +165,48 @@ class _Stats:
         self.failed = 0
         self.first_error: BaseException | None = None
         self.no_separator = 0
+        self.bad_lines: list[int] = []
+        self.stopped_at: tuple[int, str] | None = None  # --strict: the bad line, and why
         self.started = time.monotonic()
 
+    def bad_line(self, line_no: int, error: LineError, line: bytes, *, strict: bool) -> None:
+        self.bad_lines.append(line_no)
+        if strict:
+            self.stopped_at = (line_no, f"{error}: {_excerpt(line)}")
+        elif len(self.bad_lines) <= SHOWN_BAD_LINES:
+            print(f"line {line_no} not sent: {error}: {_excerpt(line)}", file=sys.stderr)
 
-async def _produce(args: argparse.Namespace, stdin: BinaryIO, report: Any) -> _Stats:
+
+def _excerpt(line: bytes) -> str:
+    text = line[:80].decode("utf-8", errors="backslashreplace")
+    return repr(text + ("..." if len(line) > 80 else ""))
+
+
+async def _produce(args: argparse.Namespace, kwargs: dict[str, Any], reader: LineFormat, stdin: BinaryIO,
+                   report: Any) -> _Stats:
     from mq.client import Producer
 
     stats = _Stats()
-    sep = args.key_separator.encode() if args.key_separator is not None else None
-    producer = Producer(
-        args.bootstrap, acks=ACKS[args.acks], linger_ms=args.linger_ms, batch_size=args.batch_size,
-        compression=None if args.compression == "none" else args.compression,
-        delivery_timeout_ms=args.delivery_timeout_ms,
-        request_timeout_ms=min(30_000, args.delivery_timeout_ms), client_id="mq-console-producer",
-    )
+    producer = Producer(args.bootstrap, **kwargs)
     async with producer:
         await producer.partitions_for(args.topic)  # routes known before the first record
         window = _Window(args.window, stats, report)
         settler = asyncio.create_task(window.settle_forever())
         try:
             async for line_no, line in _lines(stdin):
-                key, value = _split(line, sep, line_no, args, stats)
+                try:
+                    parsed = reader.parse(line)
+                except LineError as exc:
+                    stats.bad_line(line_no, exc, line, strict=args.strict)
+                    if args.strict:
+                        break
+                    continue
+                stats.no_separator += parsed.no_key_separator
                 # send() returns at once with an awaitable RecordFuture (it queues the record
                 # itself when buffer_memory is full), so reading never waits for a round trip.
-                await window.add(producer.send(args.topic, value, key=key, partition=args.partition),
-                                 key, value)
+                future = producer.send(args.topic, parsed.value, key=parsed.key, headers=parsed.headers,
+                                       partition=args.partition)
+                await window.add(future, parsed.key, parsed.value)
         except BaseException:
             settler.cancel()
             raise
@@ -169,20 +259,6 @@ class _Window:
                 self.room.set()
             if not self.pending and self.report is not None:
                 self.report.flush()
-
-
-def _split(line: bytes, sep: bytes | None, line_no: int, args: argparse.Namespace,
-           stats: _Stats) -> tuple[bytes | None, bytes]:
-    if sep is None:
-        return None, line
-    key, found, value = line.partition(sep)
-    if found:
-        return key, value
-    if args.require_key:
-        raise CliError(f"no key separator {args.key_separator!r} found on line {line_no}: {line[:80]!r}",
-                       "fix the input, or drop --require-key to send such lines without a key")
-    stats.no_separator += 1
-    return None, line
 
 
 def _settle(pending: collections.deque, stats: _Stats, report: Any) -> None:
@@ -241,18 +317,28 @@ async def _lines(stdin: BinaryIO):
         yield line_no + 1, rest[:-1] if rest.endswith(b"\r") else rest
 
 
-def _summarize(args: argparse.Namespace, stats: _Stats) -> int:
+def _summarize(args: argparse.Namespace, reader: LineFormat, stats: _Stats) -> int:
     elapsed = time.monotonic() - stats.started
     if stats.no_separator:
-        print(f"note: {stats.no_separator} line(s) had no key separator {args.key_separator!r}; "
+        sep = reader.key_separator.decode("utf-8", errors="backslashreplace")
+        print(f"note: {stats.no_separator} line(s) had no key separator {sep!r}; "
               "sent them whole as the value, with no key", file=sys.stderr)
+    failed = bool(stats.failed or stats.bad_lines)
     if stats.failed:
         err = explain(stats.first_error, args.bootstrap) if stats.first_error else None
         first = f"{err.what} — {err.todo}" if err else "unknown"
         print(f"error: {stats.failed} of {stats.sent} records were not acknowledged; first error: {first}",
               file=sys.stderr)
-        return 1
-    rate = stats.acked / elapsed if elapsed > 0 else 0.0
-    print(f"produced {stats.acked} records to {args.topic} in {elapsed:.2f} s ({rate:,.0f} records/s)",
-          file=sys.stderr)
-    return 0
+    else:
+        rate = stats.acked / elapsed if elapsed > 0 else 0.0
+        print(f"produced {stats.acked} records to {args.topic} in {elapsed:.2f} s ({rate:,.0f} records/s)",
+              file=sys.stderr)
+    if stats.stopped_at is not None:
+        line_no, why = stats.stopped_at
+        print(f"error: line {line_no} cannot be parsed ({why}) — stopped there (--strict): nothing after it "
+              f"was sent; the {stats.sent} record(s) before it were sent", file=sys.stderr)
+    elif stats.bad_lines:
+        lines = ", ".join(map(str, stats.bad_lines[:10])) + (", ..." if len(stats.bad_lines) > 10 else "")
+        print(f"error: {len(stats.bad_lines)} line(s) could not be parsed and were not sent (line {lines}) — "
+              "fix them and send them again; the other records were sent", file=sys.stderr)
+    return 1 if failed else 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 
 from mq.cli.common import add_bootstrap, check_partition, topic_partitions
-from mq.cli.output import print_table, table
+from mq.cli.output import print_json, print_table, table
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
 
@@ -28,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Move the log start offset of partitions up to --before-offset: the records\n"
                                     "below it can no longer be read (like kafka-delete-records).")
     p.add_argument("topic", metavar="TOPIC", help="topic name")
-    p.add_argument("--partition", type=int, action="append", metavar="P",
+    p.add_argument("-p", "--partition", type=int, action="append", metavar="P",
                    help="a partition (repeatable; default: every partition)")
     p.add_argument("--before-offset", type=_before, required=True, metavar="N",
                    help="the new log start offset (at most the high watermark), or `end` for all records")
@@ -73,7 +72,7 @@ def run_delete(args: argparse.Namespace) -> int:
         raise
     rows = [{"topic": tp.topic, "partition": tp.partition, "log_start_offset": low[tp]} for tp in sorted(low)]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return 0
     t = table("TOPIC", "PARTITION", "LOG-START-OFFSET")
     for r in rows:

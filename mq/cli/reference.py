@@ -15,6 +15,7 @@ from pathlib import Path
 from mq.cli.main import build_parser
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
+JSON_PAGE = PAGE.with_name("json-output.md")
 
 INTRO = """\
 # `mq` command reference
@@ -23,14 +24,18 @@ INTRO = """\
 
 Every command prints failures as one line on stderr, `error: <what was wrong> — <what to do>`,
 and exits with a non-zero code (2 for a usage error). Set `MQ_DEBUG=1` to see Python
-tracebacks. Client commands find the broker with `--bootstrap`, else `--region NAME` (a region
-of the topology `mq up` started: its `cluster.json` in `$MQ_DATA_DIR`, else `./.mq`), else
-`$MQ_BOOTSTRAP`, else `$MQ_REGION`, else the one region `mq up` started (with several regions
-running they ask for `--region`), else `localhost:9092`.
+tracebacks. Client commands find the broker with `--bootstrap` (also spelled `-b` and, as
+Kafka's tools spell it, `--bootstrap-server`), else `--region NAME` (a region of the topology
+`mq up` started: its `cluster.json` in `$MQ_DATA_DIR`, else `./.mq`), else `$MQ_BOOTSTRAP`, else
+`$MQ_REGION`, else the one region `mq up` started (with several regions running they ask for
+`--region`), else `localhost:9092`.
 
 Keys, values and header values in JSON output (`mq consume --format json`,
 `mq produce --report`): bytes that are valid UTF-8 are a JSON string; other bytes are
 `{"base64": "..."}`; a missing key or value is `null`. Headers are `[[name, value], ...]`.
+Every listing has `--json`; [JSON output](json-output.md) documents each document's fields.
+Tables share one style: upper-case column names joined by dashes (`LOG-END-OFFSET`), `-`
+for an empty cell.
 """
 
 
@@ -42,11 +47,20 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
     return []
 
 
-def _option(action: argparse.Action) -> str:
+def _primary(action: argparse.Action) -> str:
+    """The flag usage lines show: the first long spelling (``--bootstrap``, not its aliases)."""
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    return longs[0] if longs else action.option_strings[0]
+
+
+def _option(action: argparse.Action, *, every_spelling: bool = False) -> str:
+    """``--flag METAVAR`` (usage), or ``-f, --flag, --alias METAVAR`` (argument tables)."""
     if not action.option_strings:
         name = action.metavar or action.dest.upper()
+        if isinstance(action.nargs, str) and action.nargs in ("*", "+"):
+            return f"{name} ..."
         return f"{name} ..." if action.nargs == argparse.REMAINDER else str(name)
-    flag = max(action.option_strings, key=len)
+    flag = ", ".join(action.option_strings) if every_spelling else _primary(action)
     if action.nargs == 0:
         return flag
     metavar = action.metavar or ("{" + ",".join(action.choices) + "}" if action.choices else action.dest.upper())
@@ -71,7 +85,8 @@ def _usage(prog: str, parser: argparse.ArgumentParser) -> str:
                 parts.append(f"({inner})" if group.required else f"[{inner}]")
             continue
         text = _option(action)
-        parts.append(text if action.required or not action.option_strings else f"[{text}]")
+        optional = action.nargs in ("?", "*") if not action.option_strings else not action.required
+        parts.append(f"[{text}]" if optional else text)
     return " ".join([prog, *parts])
 
 
@@ -80,12 +95,12 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
             continue
-        help_text = (action.help or "").replace("|", "\\|")
+        help_text = (action.help or "").replace("%%", "%").replace("|", "\\|")  # argparse's % escape
         if action.choices and action.metavar is None and not help_text.startswith("one of"):
             help_text = f"one of {', '.join(map(str, action.choices))}. {help_text}".strip()
         if action.required and action.option_strings:
             help_text = f"(required) {help_text}"
-        rows.append(f"| `{_option(action)}` | {help_text} |")
+        rows.append(f"| `{_option(action, every_spelling=True)}` | {help_text} |")
     return ["| argument | meaning |", "|---|---|", *rows] if rows else []
 
 
@@ -117,14 +132,17 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mq.cli.reference", description=__doc__)
-    p.add_argument("--write", action="store_true", help=f"write {PAGE} instead of printing")
+    p.add_argument("--write", action="store_true", help=f"write {PAGE} and {JSON_PAGE.name} instead of printing")
     args = p.parse_args(argv)
-    text = render()
-    if args.write:
-        PAGE.parent.mkdir(parents=True, exist_ok=True)
-        PAGE.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    from mq.cli import schemas
+
+    pages = {PAGE: render(), JSON_PAGE: schemas.render()}
+    for path, text in pages.items():
+        if args.write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
     return 0
 
 

@@ -20,7 +20,7 @@ import os
 import time
 
 from mq.cli.common import CliError
-from mq.cli.output import console, human_bytes, print_table, table
+from mq.cli.output import cell, console, human_bytes, print_json, print_table, table
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -61,7 +61,7 @@ def _status_once(args: argparse.Namespace) -> int:
                 "name": None, "bootstrap": None, "voters": [], "brokers": [], "answered": False,
                 "controller": None, "partitions": []}
             doc.update({"region": one["name"], **{k: v for k, v in one.items() if k != "name"}})
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0 if running else 1
     if not brokers:
         raise CliError(f"no broker runs under {_shown(launcher.data_dir)}", "start one with `mq up`")
@@ -118,7 +118,7 @@ def _print_region(d: dict) -> None:
         alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
                  else "[yellow]starting[/]" if b.alive else "[red]no[/]")
         t.add_row(b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
-                  b.spec.metrics_endpoint, _count(b.topics), _count(b.partitions), human_bytes(b.log_bytes))
+                  b.spec.metrics_endpoint, cell(b.topics), cell(b.partitions), human_bytes(b.log_bytes))
     print_table(t)
     if any(b.alive for b in d["brokers"]):
         _print_cluster(view, d["live"])
@@ -152,7 +152,7 @@ def _print_cluster(view, live) -> None:
               "under-replicated", title="partitions")
     for p in view.partitions:
         leader = "[red]none[/]" if p.offline else str(p.leader)
-        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), _ids(p.replicas), _ids(p.isr),
+        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), cell(p.replicas), cell(p.isr),
                   "-" if p.high_watermark is None else str(p.high_watermark),
                   "[red]yes[/]" if p.under_replicated else "no")
     print_table(t)
@@ -179,20 +179,23 @@ def _print_links(links: list[dict]) -> None:
         if x["state"] == "up" and x.get("stall_left_ms"):
             state = f"[yellow]stalled {x['stall_left_ms'] / 1000:.1f} s[/]"
         bandwidth = "unlimited" if x["bandwidth_mbit"] is None else f"{x['bandwidth_mbit']:g} Mbit/s"
-        loss = f"{x['loss'] * 100:g}%" if x["loss"] else "0"
+        loss = f"{x['loss'] * 100:g}%"
         t.add_row(x["name"], state, f"{x['latency_ms']:g} ms", f"±{x['jitter_ms']:g} ms", bandwidth, loss,
-                  _count(x["connections"]), human_bytes(x["bytes"]), x["control"])
+                  cell(x["connections"]), human_bytes(x["bytes"]), x["control"])
     print_table(t)
 
 
 def _flows(launcher, deployment) -> list[dict]:
+    from mq.deploy.services import mirror_available
+
+    installed = mirror_available() if deployment.flows else False
     _, mirrors = launcher.service_status()
     by_key = {m.service.key: m for m in mirrors}
     out = []
     for flow in deployment.flows:
         proc = by_key.get(f"mirror/{flow.name}")
         out.append({"name": flow.name, "source": flow.source, "target": flow.target, "mode": flow.mode,
-                    "process": proc.to_json() if proc is not None else None,
+                    "process": proc.to_json() if proc is not None else None, "mirror_installed": installed,
                     "status_file": flow.status_path, "mirror_status": _read_json(flow.status_path)})
     return out
 
@@ -212,28 +215,21 @@ def _print_flows(flows: list[dict]) -> None:
     now_ms = time.time() * 1000
     for f in flows:
         proc = f["process"] or {}
-        mirror = f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
+        mirror = (f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
+                  if f["mirror_installed"] else "[yellow]not installed[/]")
         s = f["mirror_status"] or {}
         updated = s.get("updated_at_ms")
         age = f"{max(0.0, now_ms - updated) / 1000:.0f} s ago" if isinstance(updated, (int, float)) else "-"
         state = str(s.get("state", "-"))
         if s.get("error"):
             state = f"[red]{state}: {s['error']}[/]"
-        t.add_row(f["name"], f["source"], f["target"], f["mode"], mirror, state, _count(s.get("lag_records")),
+        t.add_row(f["name"], f["source"], f["target"], f["mode"], mirror, state, cell(s.get("lag_records")),
                   _ms(s.get("lag_ms")), _ms(s.get("replication_latency_p99_ms")), age)
     print_table(t)
 
 
 def _ms(value) -> str:
     return f"{value:g} ms" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
-
-
-def _ids(ids) -> str:
-    return ",".join(str(i) for i in ids) or "-"
-
-
-def _count(n) -> str:
-    return "-" if n is None else str(n)
 
 
 def _shown(path: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from typing import Any
 
 from mq.cli.common import (
@@ -20,7 +19,7 @@ from mq.cli.common import (
     require_broker,
     unknown_topic,
 )
-from mq.cli.output import console, print_table, table
+from mq.cli.output import cell, console, print_json, print_table, table
 from mq.core.config import TOPIC_KEYS_BY_NAME, TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
@@ -162,7 +161,7 @@ def run_list(args: argparse.Namespace) -> int:
 
     topics = sorted(asyncio.run(fetch()), key=lambda t: t["name"])
     if args.json:
-        print(json.dumps(topics, indent=2))
+        print_json(topics)
         return 0
     if not topics:
         console().print("no topics yet — create one with `mq topic create NAME --partitions N`")
@@ -177,12 +176,12 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     doc = asyncio.run(_describe(args))
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0
-    t = table("partition", "leader", "replicas", "isr", "log start", "log end", "records",
+    t = table("partition", "leader", "replicas", "isr", "log start offset", "log end offset", "records",
               title=f"topic {doc['name']}")
     for p in doc["partitions"]:
-        t.add_row(str(p["partition"]), str(p["leader"]), _ids(p["replicas"]), _ids(p["isr"]),
+        t.add_row(str(p["partition"]), str(p["leader"]), cell(p["replicas"]), cell(p["isr"]),
                   str(p["log_start_offset"]), str(p["log_end_offset"]),
                   str(p["log_end_offset"] - p["log_start_offset"]))
     print_table(t)
@@ -214,7 +213,3 @@ async def _describe(args: argparse.Namespace) -> dict:
     ]
     overrides = {c.name: c.value for c in sorted(configs, key=lambda c: c.name) if not c.is_default}
     return {"name": args.name, "partitions": partitions, "config_overrides": overrides}
-
-
-def _ids(ids: list[int]) -> str:
-    return ",".join(map(str, ids)) or "-"

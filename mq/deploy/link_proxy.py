@@ -215,6 +215,10 @@ class LinkListener:
             await self._forward(conn, reader, held)
         except (OSError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # Only close() cancels this task; end it quietly (asyncio's stream server logs a
+            # traceback for a connection task that ends cancelled).
+            conn.abort()
         finally:
             self._conns.discard(conn)
             self._tasks.discard(task)

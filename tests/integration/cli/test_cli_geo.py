@@ -16,6 +16,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import jsonschema
+
+from mq.cli import schemas
 from mq.deploy import probe
 from mq.deploy.process import is_alive
 
@@ -87,9 +90,15 @@ def rtt_ms(address: str, samples: int = 3) -> float:
     return statistics.median(times)
 
 
+def valid(prefix: str, result) -> object:
+    """The JSON a command printed, checked against its documented schema (mq/cli/schemas.py)."""
+    doc = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(schemas.schema_of(prefix).schema).validate(doc)
+    return doc
+
+
 def status(env: dict, cwd: Path) -> dict:
-    result = run_mq("status", "--json", env=env, cwd=cwd)
-    return json.loads(result.stdout)
+    return valid("mq status", run_mq("status", "--json", env=env, cwd=cwd))
 
 
 def pids(state: dict) -> dict[str, int]:
@@ -137,10 +146,6 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
         assert consumed.stdout.decode().splitlines() == ["a", "b", "c"], consumed.stderr
         assert b"orders" not in run_mq("topic", "list", "--region", "west", env=env, cwd=tmp_path).stdout
         assert b"orders" in run_mq("topic", "list", env={**env, "MQ_REGION": "east"}, cwd=tmp_path).stdout
-        assert b"orders" in run_mq("topic", "list", "--region", "west", "--bootstrap", ports["east"],
-                                   env=env, cwd=tmp_path).stdout  # --bootstrap wins
-        unknown = run_mq("topic", "list", "--region", "north", env=env, cwd=tmp_path)
-        assert unknown.returncode == 2 and b"no such region under .mq (regions: east, west)" in unknown.stderr
 
         # The link on the wire: west's clients reach east's broker only through the proxy.
         direct, linked = rtt_ms(ports["east"]), rtt_ms(ports["east_via_link"])
@@ -157,7 +162,7 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
             raise AssertionError("an answer crossed a cut link")
         except probe.ProbeError:
             assert time.monotonic() - started >= 0.9  # silence, not a reset
-        listed = json.loads(run_mq("link", "list", "--json", env=env, cwd=tmp_path).stdout)
+        listed = valid("mq link list", run_mq("link", "list", "--json", env=env, cwd=tmp_path))
         assert [(x["name"], x["state"], x["latency_ms"]) for x in listed] == [
             ("east->west", "cut", 150.0), ("west->east", "up", 40.0)]
         recorded = json.loads((tmp_path / ".mq" / "cluster.json").read_text())["links"][0]
@@ -167,8 +172,6 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
         assert run_mq("link", "set", "east", "west", "--both", "--latency-ms", "0", env=env,
                       cwd=tmp_path).returncode == 0
         assert rtt_ms(ports["east_via_link"]) < 40
-        bad = run_mq("link", "set", "east", "mars", "--latency-ms", "1", env=env, cwd=tmp_path)
-        assert bad.returncode == 1 and b"no region 'mars' here (regions: east, west)" in bad.stderr
 
         # Broker ids repeat across regions: the broker verbs want the region.
         which = run_mq("broker", "kill", "1", env=env, cwd=tmp_path)
@@ -186,6 +189,9 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
     assert b"stopped link/east-west" in down.stdout and b"stopped east/broker-1" in down.stdout
     assert state is not None and not any(is_alive(pid) for pid in pids(state).values())
     assert not (tmp_path / ".mq" / "cluster.json").exists()
+    link_log = (tmp_path / ".mq" / "links" / "east-west" / "link.log").read_text()
+    assert "link cut link=east->west mode=blackhole" in link_log and "link stopped pair=east-west" in link_log
+    assert "Traceback" not in link_log, link_log
 
 
 FAKE_MIRROR = '''\

@@ -87,7 +87,7 @@ def test_region_up_status_kill_failover_down(tmp_path):
         table = run_mq("status", "--data-dir", data_dir, env=env)
         assert table.returncode == 0, table.stderr
         text = table.stdout.decode()
-        assert "active controller: broker " in text and "payments" in text and "high watermark" in text
+        assert "active controller: broker " in text and "payments" in text and "HIGH-WATERMARK" in text
 
         leader = parts[0]["leader"]
         old_epoch = parts[0]["leader_epoch"]

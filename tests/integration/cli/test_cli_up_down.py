@@ -158,7 +158,7 @@ def test_up_a_one_broker_region_file(tmp_path):
         assert [(p["topic"], p["partition"], p["leader"], p["isr"], p["high_watermark"], p["under_replicated"])
                 for p in doc["partitions"]] == [("t", 0, 1, [1], 0, False), ("t", 1, 1, [1], 2, False)]
         table = run_mq("status", "--data-dir", "here", env=env, cwd=tmp_path).stdout.decode()
-        assert "active controller: broker 1" in table and "high watermark" in table
+        assert "active controller: broker 1" in table and "HIGH-WATERMARK" in table
     finally:
         down = run_mq("down", "--data-dir", "here", env=env, cwd=tmp_path)
     assert down.returncode == 0 and b"stopped broker-1" in down.stdout, down.stderr

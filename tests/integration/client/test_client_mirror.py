@@ -19,6 +19,7 @@ from tests.integration.client.mirror_copy import copy_until_caught_up, raw_batch
 
 PARTITIONS = 6
 T0 = 1_700_000_000_000
+LEADER_EPOCH_END = 16  # bytes 12-15 of a batch hold the partition leader epoch, the target's own
 
 
 @pytest.fixture
@@ -178,3 +179,19 @@ async def test_address_map_sends_every_connection_through_the_proxy(broker) -> N
         assert err.value.code == ErrorCode.INVALID_CONFIG and "address_map" in err.value.message
     finally:
         proxy.close()
+
+
+def test_the_blocking_facade_has_the_mirror_methods(broker) -> None:
+    from mq.client import blocking
+
+    tp = TopicPartition("blocking-mirror", 0)
+    batch = build_batch([(b"k", b"v%d" % i, (), T0 + i) for i in range(4)], base_offset=0)
+    with blocking.Admin(broker.bootstrap) as admin:
+        admin.create_topic(tp.topic, 1, configs={"mirror.source.region": "east"})
+        result = admin.mirror_append(tp, batch, acks=1)
+        assert (result.appended, result.log_end_offset) == (1, 4)
+        assert admin.mirror_append(tp, batch).duplicates == 1
+        fetched = admin.fetch_raw_many({tp: 0})[tp]
+        assert fetched.records[LEADER_EPOCH_END:] == batch[LEADER_EPOCH_END:]
+        assert admin.mirror_truncate(tp, 0) == 0
+        assert admin.fetch_raw(tp, 0).records == b""

@@ -126,7 +126,9 @@ def test_a_cut_link_stalls_the_flow_and_a_gap_is_reported_with_exact_offsets(reg
     mirror = start_mirror(regions, mirrors)
     wait_for(lambda: caught_up(regions, [tp]), 30, "the first 1000 records in west")
 
-    regions.east_link.cut()
+    # "refuse": the mirror's open connections are reset, so no answer is held in the link
+    # and everything from 1000 on is produced after its last fetch: the gap starts at 1000.
+    regions.east_link.cut("refuse")
     produce(regions.east.bootstrap, "orders", 1000, batch=100)  # offsets 1000..1999, not mirrored
     part = wait_for(lambda: (p := mirror.partition("orders", 0)) and p["state"] == "stalled" and p,
                     20, "the partition to say stalled")
@@ -144,3 +146,31 @@ def test_a_cut_link_stalls_the_flow_and_a_gap_is_reported_with_exact_offsets(reg
     assert 'mq_mirror_gap_records_total{flow="east->west",partition="0",topic="orders"} 500.0' in scrape
     east = raw_batches(regions.east.bootstrap, tp, start=1500)
     assert raw_batches(regions.west.bootstrap, tp, start=1500) == east and east[0][0] == 1500
+
+
+def test_a_slow_jittery_link_cut_for_seconds_and_healed_loses_and_duplicates_nothing(regions, mirrors) -> None:
+    from mq.deploy.shaping import LinkSettings
+    from tests.integration.mirror.harness import Link
+
+    tps = [TopicPartition("orders", p) for p in range(2)]
+    with blocking.Admin(regions.east.bootstrap) as admin:
+        admin.create_topic("orders", 2, 1)
+    wan = Link((regions.east.host, regions.east.port), LinkSettings(latency_ms=100, jitter_ms=20))
+    try:
+        state_dir = regions.tmp / "mirror-east->west"
+        mirror = MirrorProcess(mirror_args("east->west", regions.east.bootstrap, regions.west.bootstrap,
+                                           state_dir, address_map=wan.address_map), state_dir)
+        mirrors.append(mirror)
+        mirror.start()
+        produce(regions.east.bootstrap, "orders", 5000, batch=250)
+        wan.cut()  # blackhole: a WAN outage; what is in flight is held, not lost
+        produce(regions.east.bootstrap, "orders", 5000, batch=250)
+        wait_for(lambda: (mirror.status() or {}).get("state") == "stalled", 15, "the flow to say stalled")
+        time.sleep(3)  # the outage lasts a while (the mirror must ride it out, not give up)
+        wan.heal()
+        wait_for(lambda: caught_up(regions, tps), 40, "west to catch up after the link healed")
+        assert sum(high_watermarks(regions.west.bootstrap, tps).values()) == 10_000
+        assert_identical(regions, tps)
+        wait_for(lambda: (mirror.status() or {}).get("state") == "running", 10, "the flow to say running")
+    finally:
+        wan.close()

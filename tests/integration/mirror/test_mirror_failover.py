@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 from mq.client import blocking
 from mq.core.types import TopicPartition
@@ -100,17 +101,23 @@ def test_failover_reports_the_records_at_risk_exactly_and_groups_resume_at_synce
 
 
 def test_failover_with_the_source_unreachable_reports_the_last_known_figures(regions, mirrors) -> None:
-    slow = Link((regions.east.host, regions.east.port), LinkSettings(bandwidth_mbit=2))
+    # A long link (1 s round trip) and a backlog of ~4 MiB per partition: the mirror learns
+    # east's ends from its first fetch but needs several round trips (1 MiB each) to copy.
+    far = Link((regions.east.host, regions.east.port), LinkSettings(latency_ms=500))
     try:
-        mirror, cluster = setup_flow(regions, mirrors, records=0, east_link=slow.address_map)
-        produce(regions.east.bootstrap, "orders", 20_000, batch=500)
+        with blocking.Admin(regions.east.bootstrap) as admin:
+            admin.create_topic("orders", 2, 1)
+        produce(regions.east.bootstrap, "orders", 80_000, batch=1000)
         east_ends = high_watermarks(regions.east.bootstrap, TPS)
-        wait_for(lambda: all(mirror.partition("orders", tp.partition)
-                             and mirror.partition("orders", tp.partition)["source_end"] == east_ends[tp]
-                             for tp in TPS), 20, "the mirror to have seen east's ends")
-        slow.cut()  # the region is lost while the mirror is behind
+        mirror, cluster = start_flow(regions, mirrors, far.address_map)
+        wait_for(lambda: all((p := mirror.partition("orders", tp.partition)) and p["source_end"] == east_ends[tp]
+                             for tp in TPS), 20, "the mirror to have seen east's ends", every_s=0.05)
+        far.cut("refuse")  # the region is lost while the mirror is behind
+        started = time.monotonic()
         result = run_cli("failover", "--cluster", cluster, "--to", "west", "--json")
+        took = time.monotonic() - started
         assert result.returncode == 0, result.stdout + result.stderr
+        assert "did not answer" in result.stderr, result.stderr
         report = json.loads(result.stdout)
         west_ends = high_watermarks(regions.west.bootstrap, TPS)
         for row in report["partitions"]:
@@ -118,10 +125,11 @@ def test_failover_with_the_source_unreachable_reports_the_last_known_figures(reg
             assert row["basis"].startswith("last known")
             assert (row["source_end"], row["mirrored_end"]) == (east_ends[tp], west_ends[tp])
             assert row["records"] == east_ends[tp] - west_ends[tp]
+        # Nothing was produced after the mirror's last fetch, so the last known figures are exact.
         assert report["records_at_risk"] == sum(east_ends.values()) - sum(west_ends.values()) > 0
-        assert "did not answer" in result.stderr
+        assert took < 20, f"fail-over took {took:.1f} s with the source unreachable"
     finally:
-        slow.close()
+        far.close()
 
 
 def test_failback_saves_the_diverged_tail_and_leaves_both_regions_identical(regions, mirrors) -> None:
@@ -141,7 +149,7 @@ def test_failback_saves_the_diverged_tail_and_leaves_both_regions_identical(regi
     try:
         result = run_cli("failback", "--cluster", cluster, "--to", "east", "--catch-up-timeout-s", "60")
         assert result.returncode == 0, result.stdout + result.stderr
-        for step in ("1. east", "2. east", "3. east", "4. reverse flow west->east", "6. west",
+        for step in ("1. east", "2. east", "3. east", "4. reverse flow failback-east->west", "6. west",
                      "7. caught up", "9. east", "10. flow east->west resumed"):
             assert step in result.stdout, f"step {step!r} not printed:\n{result.stdout}"
         for tp in TPS:  # the diverged tail, same offsets and bytes, in orders.diverged
@@ -153,9 +161,14 @@ def test_failback_saves_the_diverged_tail_and_leaves_both_regions_identical(regi
         assert topic_configs(regions.west.bootstrap, "orders")["mirror.source.region"] == "east"
         assert committed(regions.east.bootstrap, "billing") == {tp: 900 for tp in TPS}
         assert not os.path.exists(regions.tmp / "mirror-east->west" / "failover.json")
+        recorded = json.loads((regions.tmp / "cluster.json").read_text())  # where `mq down` looks
+        assert [f["name"] for f in recorded["flows"]] == ["east->west"]  # the reverse flow is gone
+        resumed = recorded["processes"]["mirror/east->west"]["pid"]
+        assert int((regions.tmp / "mirror-east->west" / "mirror.pid").read_text()) == resumed
+        assert not (regions.tmp / "mirror-failback-east->west" / "mirror.pid").exists()
 
         produce(regions.east.bootstrap, "orders", 100, batch=10, prefix="e2")  # east writes again
         wait_for(lambda: caught_up(regions), 30, "the resumed flow to copy east's new records")
     finally:
         kill_pid_file(regions.tmp / "mirror-east->west" / "mirror.pid")
-        kill_pid_file(regions.tmp / "mirror-west->east" / "mirror.pid")
+        kill_pid_file(regions.tmp / "mirror-failback-east->west" / "mirror.pid")

@@ -32,8 +32,8 @@ def batch(base: int, count: int = 3, *, tag: bytes = b"v") -> bytes:
                        base_offset=base, partition_leader_epoch=SOURCE_EPOCH)
 
 
-def mirror_cluster(*, configs: dict[str, str] | None = None) -> Cluster:
-    c = Cluster()
+def mirror_cluster(*, configs: dict[str, str] | None = None, broker_configs: dict[str, str] | None = None) -> Cluster:
+    c = Cluster(configs=broker_configs or {})
     c.create_topic("orders")
     c.publish([ConfigRecord("orders", "mirror.source.region", "east")])
     for name, value in (configs or {}).items():
@@ -177,6 +177,17 @@ def test_routing_acks_and_min_insync_replicas():
     assert append(c, batch(0)).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     one = append(c, batch(0), acks=1)  # acks=1 is not refused, as for Produce
     assert (one.error_code, one.log_end_offset) == (ErrorCode.NONE, 3)
+
+
+def test_acks_1_under_flush_policy_always_answers_after_the_fsync():
+    c = mirror_cluster(broker_configs={"log.flush.policy": "always"})
+    pending = ask(c, 1, MirrorAppendRequest("orders", 0, batch(0), acks=1))
+    assert isinstance(pending, Pending)
+    assert c.nodes[1].partitions[TP].log.recovery_point == 0  # not durable yet: no answer
+    c.settle()  # the harness group-commits every node after each step
+    response = c.result(1, pending)
+    assert isinstance(response, MirrorAppendResponse) and response.error_code == ErrorCode.NONE
+    assert c.nodes[1].partitions[TP].log.recovery_point == 3
 
 
 def test_acks_all_waits_for_the_followers_and_times_out_without_them():

@@ -105,3 +105,31 @@ def test_without_a_marker_the_broker_directories_decide(tmp_path):
     for i in (2, 3):
         (tmp_path / f"broker-{i}").mkdir()
     assert state.foreign_data(str(tmp_path), three) is None  # the same region, from an older mq
+
+
+def test_links_without_a_running_link_process(tmp_path):
+    """Links() on a cluster.json whose link process is not running: list says `down` with the
+    recorded settings; a change says the process does not answer and how to start it."""
+    from mq.deploy.links import LinkError, Links
+
+    with pytest.raises(LinkError, match="nothing runs under"):
+        Links(tmp_path).list()
+    d = parse_topology(TWO.replace("link_port_base: 7300", "link_port_base: 1"), data_dir=str(tmp_path))
+    state.write_state(str(tmp_path), d, {})
+    links = Links(tmp_path / "cluster.json", timeout_s=0.5)
+    assert [(s.name, s.state, s.settings.latency_ms, s.connections) for s in links.list()] == [
+        ("east->west", "down", 40.0, None), ("west->east", "down", 40.0, None)]
+    with pytest.raises(LinkError) as info:
+        links.cut("east", "west")
+    assert "the link process east-west does not answer on 127.0.0.1:4" in info.value.what
+    assert "start it again with `mq up`" in info.value.todo
+    with pytest.raises(LinkError, match=r"no region 'mars' here \(regions: east, west\)"):
+        links.set("east", "mars", latency_ms=1)
+    with pytest.raises(LinkError, match="latency_ms must be a number >= 0"):
+        links.set("east", "west", latency_ms=-1)
+    with pytest.raises(LinkError, match="nothing to set"):
+        links.set("east", "west")
+    one = Deployment.of_region(Topology.single_broker(str(tmp_path)))
+    state.write_state(str(tmp_path), one, {})
+    with pytest.raises(LinkError, match="has no links"):
+        links.list()

@@ -122,6 +122,8 @@ def test_a_gap_below_the_source_log_start_is_recorded_exactly_and_mirroring_cont
     _, epoch = pm.fetch_sent(0)
     pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 50_000,
                       high_watermark=900, log_start_offset=700)
+    assert not pm.new_gaps and pm.needs_end_check() and not pm.wants_fetch(1)  # the target decides
+    pm.confirm_gap(100, 50_000)
     assert [(g.from_offset, g.to_offset) for g in pm.new_gaps] == [(100, 700)]
     assert pm.gap_records == 600 and pm.fetch_offset == 700
     fetched(pm, batches((700, 5)), hw=900, start=700)
@@ -182,3 +184,13 @@ def test_a_diverged_or_promoted_target_blocks_the_partition() -> None:
         pm.on_append_error(code, "no", 1)
         assert pm.state == PartitionState.BLOCKED and code.name in pm.reason
         assert pm.next_append(10_000) is None and not pm.wants_fetch(10_000)
+
+
+def test_no_gap_when_the_target_already_went_further_than_this_mirror_knew() -> None:
+    pm = PartitionMirror(TP)
+    pm.reset(100)  # a killed predecessor's append of [100, 150) lands after this read
+    _, epoch = pm.fetch_sent(0)
+    pm.on_fetch_error(epoch, ErrorCode.OFFSET_OUT_OF_RANGE, "gone", 0, 1, high_watermark=900,
+                      log_start_offset=120)
+    assert pm.confirm_gap(150, 2) is None and not pm.gaps
+    assert pm.fetch_offset == 150 and pm.wants_fetch(3)
