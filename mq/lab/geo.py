@@ -18,6 +18,7 @@ status file (``mq`` never imports ``mirror``).
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
@@ -137,6 +138,7 @@ class GeoLab:
         self.launcher = launcher
         self.links = Links(str(root))
         self._owned = owned
+        self._closed = False
         self._clients: list[Any] = []
 
     @classmethod
@@ -164,6 +166,9 @@ class GeoLab:
                 shutil.rmtree(root, ignore_errors=True)
             raise
         lab = cls(root, deployment, launcher, owned=owned)
+        # the processes are detached (as `mq up` starts them): a notebook whose cell failed
+        # before lab.close() must not leave them running once its kernel exits
+        atexit.register(lab.close)
         try:
             lab.wait_mirror_running(timeout_s=ready_timeout_s)
         except BaseException:
@@ -178,7 +183,12 @@ class GeoLab:
         self.close()
 
     def close(self) -> None:
-        """Close the clients, stop every process (mirrors first), remove a temporary root."""
+        """Close the clients, stop every process (mirrors first), remove a temporary root.
+        Runs once (again at interpreter exit, a no-op then)."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
         for client in reversed(self._clients):
             try:
                 client.close()

@@ -136,3 +136,21 @@ def test_close_stops_every_process_and_removes_the_directory() -> None:
     lab.close()
     assert not root.exists()
     assert not [pid for pid in pids if is_alive(pid)]
+
+
+def test_a_lab_left_open_is_stopped_when_the_interpreter_exits(tmp_path: Path) -> None:
+    """A notebook cell that fails before lab.close(): the detached processes must not outlive
+    the kernel."""
+    import subprocess
+    import sys
+
+    script = ("from mq.lab.geo import GeoLab\n"
+              "lab = GeoLab.start(brokers=1, latency_ms=1)\n"
+              "pids = [s.pid for s in lab.launcher.status()] + [lab.mirror_pid()]\n"
+              "print(lab.root, *pids)\n"
+              "raise RuntimeError('a cell failed')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "a cell failed" in done.stderr
+    root, *pids = done.stdout.split()
+    assert len(pids) == 3 and not Path(root).exists()
+    assert not [pid for pid in map(int, pids) if is_alive(pid)]
