@@ -62,7 +62,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def serve_link(target: str, latency_ms: float) -> int:
-    """Run one link listener in front of ``target``; print its port; run until SIGTERM."""
+    """Run one link listener in front of ``target``; print its port; run until SIGTERM
+    (SIGUSR1 cuts it)."""
     from mq.deploy.link_proxy import Direction, LinkListener
     from mq.deploy.shaping import LinkSettings
 
@@ -73,7 +74,10 @@ def serve_link(target: str, latency_ms: float) -> int:
                                       Direction("from", settings)).start()
         print(listener.port, flush=True)
         stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        # SIGUSR1 cuts the link (a WAN outage: silence both ways), as `mq link cut` would.
+        loop.add_signal_handler(signal.SIGUSR1, lambda: (listener.forward.cut(), listener.backward.cut()))
         await stop.wait()
         await listener.close()
 

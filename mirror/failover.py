@@ -11,7 +11,8 @@ For every flow into REGION, step by step (each step is printed):
    acknowledged in the source that REGION does not have); and a **final group offset sync**
    copies the groups' last commits (clamped to the mirrored end). When the source does not
    answer, the records at risk are the last known figures of the flow's status file (its
-   last source end minus the mirrored end), marked with their age;
+   last source end minus the mirrored end), marked with their age: a lower bound, since
+   what the source acknowledged after the mirror's last fetch is unknown in REGION;
 4. **promote**: ``mirror.source.region`` is deleted from each topic (``heartbeats`` stays a
    mirror: it belongs to the source's flow); producers in REGION succeed from now on;
 5. **record** the promotion point, each partition's end at promotion, in
@@ -149,7 +150,9 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
                            for n in names},
         "partitions": [asdict(r) for r in at_risk],
         "records_at_risk": sum(r.records or 0 for r in at_risk),
-        "records_at_risk_known": all(r.records is not None for r in at_risk),
+        # Exact when the source answered; otherwise a lower bound: records the source
+        # acknowledged after the mirror's last fetch are unknown to everyone in this region.
+        "records_at_risk_exact": all(r.basis == "source" for r in at_risk),
         "groups": {g: {"offsets": group_offsets.get(g, {}),
                        "skipped": getattr(synced.get(g), "skipped", "")} for g in group_offsets},
     }
@@ -166,8 +169,11 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
 def print_report(report: dict) -> None:
     rows = [[p["topic"], p["partition"], p["source_end"], p["mirrored_end"], p["records"], p["basis"]]
             for p in report["partitions"]]
+    bound = "" if report["records_at_risk_exact"] else (
+        f" at least (the last figures seen: what {report['source']} acknowledged after the mirror's "
+        f"last fetch is not known here)")
     print(f"records at risk in flow {report['flow']} (acknowledged in {report['source']}, "
-          f"missing in {report['promoted_region']}): {report['records_at_risk']}")
+          f"missing in {report['promoted_region']}): {report['records_at_risk']}{bound}")
     print(format_table(("topic", "partition", "source end", "mirrored end", "at risk", "basis"), rows))
     for group, g in sorted(report["groups"].items()):
         offsets = ", ".join(f"{tp}={o}" for tp, o in sorted(g["offsets"].items())) or "none"

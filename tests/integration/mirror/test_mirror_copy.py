@@ -58,7 +58,11 @@ def test_topics_are_copied_byte_identical_at_the_same_offsets_through_the_link(r
     tps = [TopicPartition("orders", p) for p in range(3)]
     with blocking.Admin(regions.east.bootstrap) as admin:
         admin.create_topic("orders", 3, 1, {"retention.ms": "86400000"})
+        admin.create_topic("audit", 1, 1)
+    with blocking.Admin(regions.west.bootstrap) as admin:
+        admin.create_topic("audit", 1, 1)  # west's own topic of the same name: never written
     produce(regions.east.bootstrap, "orders", 3000)
+    produce(regions.east.bootstrap, "audit", 100)
     produce(regions.east.bootstrap, "orders", 500, compression="lz4", batch=50)
     mirror = start_mirror(regions, mirrors)
     wait_for(lambda: caught_up(regions, tps), 30, "west to hold every record of east")
@@ -76,6 +80,9 @@ def test_topics_are_copied_byte_identical_at_the_same_offsets_through_the_link(r
                    and mirror.status(), 15, "heartbeats mirrored with a latency")
     assert doc["state"] == "running" and doc["totals"]["lag_records"] == 0
     assert {p["topic"] for p in doc["partitions"]} == {"orders", "heartbeats"}
+    assert "audit exists in west and is not a mirror topic" in doc["problems"]["audit"]
+    assert high_watermarks(regions.west.bootstrap, [TopicPartition("audit", 0)]) == {TopicPartition("audit", 0): 0}
+    assert "event=topic_not_mirrored" in mirror.log_text() and "WARNING" in mirror.log_text()
     scrape = urllib.request.urlopen(f"http://{mirror.metrics}/metrics", timeout=5).read().decode()
     assert 'mq_mirror_lag_records{flow="east->west",partition="0",topic="orders"} 0.0' in scrape
     assert "mq_mirror_replication_latency_seconds_bucket" in scrape
@@ -166,7 +173,13 @@ def test_a_slow_jittery_link_cut_for_seconds_and_healed_loses_and_duplicates_not
         wan.cut()  # blackhole: a WAN outage; what is in flight is held, not lost
         produce(regions.east.bootstrap, "orders", 5000, batch=250)
         wait_for(lambda: (mirror.status() or {}).get("state") == "stalled", 15, "the flow to say stalled")
-        time.sleep(3)  # the outage lasts a while (the mirror must ride it out, not give up)
+        before = {p["partition"]: p["source_end"] for p in mirror.status()["partitions"] if p["topic"] == "orders"}
+        mirror.kill()  # restarted while the source is unreachable: it still lists every partition
+        mirror.start()
+        doc = wait_for(lambda: (d := mirror.status()) and d.get("pid") == mirror.proc.pid
+                       and d.get("state") == "stalled" and d, 20, "the restarted flow to say stalled")
+        assert "unreachable" in doc["reason"]
+        assert {p["partition"]: p["source_end"] for p in doc["partitions"] if p["topic"] == "orders"} == before
         wan.heal()
         wait_for(lambda: caught_up(regions, tps), 40, "west to catch up after the link healed")
         assert sum(high_watermarks(regions.west.bootstrap, tps).values()) == 10_000
