@@ -7,6 +7,7 @@
     mq bench --only P3,P4,failover [REGION OPTIONS]   (loadtests/bench_region.py)
     mq bench --only rebalance,group-throughput,coordinator-failover [GROUP OPTIONS]
                                                      (loadtests/bench_groups.py)
+    mq bench --only P7,P7-latency,geo-failover [GEO OPTIONS]   (loadtests/bench_geo.py)
 
 Prints one JSON line per measured run (workload, records, bytes, seconds, rec/s,
 MB/s, latency percentiles where they mean something, the server's RSS, versions),
@@ -38,9 +39,10 @@ from mq.lab.cluster import BrokerHandle
 from mq.lab.workloads import make_values
 
 WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover",
-             "rebalance", "group-throughput", "coordinator-failover")
+             "rebalance", "group-throughput", "coordinator-failover", "P7", "P7-latency", "geo-failover")
 REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
 GROUP_WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")  # loadtests/bench_groups.py
+GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover")  # two regions and the mirror: loadtests/bench_geo.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
 VALUE_POOL = 4096  # distinct values, cycled: same data for every system, little memory
 # (mq workload, peer, operation, target ratio from PERFORMANCE.md)
@@ -242,6 +244,18 @@ def _groups_only(argv: Sequence[str]) -> bool:
     return bool(only) and only <= set(GROUP_WORKLOADS)
 
 
+def _geo_only(argv: Sequence[str]) -> bool:
+    """``--only`` names geo workloads alone: loadtests.bench_geo takes every argument."""
+    only = _only(argv)
+    return bool(only) and only <= set(GEO_WORKLOADS)
+
+
+def run_geo_bench(argv: Sequence[str]) -> int:
+    from loadtests import bench_geo
+
+    return int(bench_geo.main(list(argv)) or 0)
+
+
 def run_groups_bench(argv: Sequence[str]) -> int:
     from loadtests import bench_groups
 
@@ -260,13 +274,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_region_bench(argv)
     if _groups_only(argv):
         return run_groups_bench(argv)
+    if _geo_only(argv):
+        return run_geo_bench(argv)
     args = parse_args(argv)
     region = [w for w in args.only if w in REGION_WORKLOADS]
     groups = [w for w in args.only if w in GROUP_WORKLOADS]
-    args.only = [w for w in args.only if w not in REGION_WORKLOADS and w not in GROUP_WORKLOADS]
+    geo = [w for w in args.only if w in GEO_WORKLOADS]
+    args.only = [w for w in args.only if w not in (*REGION_WORKLOADS, *GROUP_WORKLOADS, *GEO_WORKLOADS)]
     if not args.only:
         code = run_region_bench(["--only", ",".join(region)]) if region else 0
-        return (run_groups_bench(["--only", ",".join(groups)]) if groups else 0) or code
+        code = (run_groups_bench(["--only", ",".join(groups)]) if groups else 0) or code
+        return (run_geo_bench(["--only", ",".join(geo)]) if geo else 0) or code
     bench = Bench(args)
     try:
         bench.start()
@@ -283,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if groups:  # likewise, the shared options only
         code = run_groups_bench(["--only", ",".join(groups), "--runs", str(args.runs),
                                  "--size-bytes", str(args.size_bytes)]) or code
+    if geo:  # likewise
+        code = run_geo_bench(["--only", ",".join(geo), "--runs", str(args.runs),
+                              "--size-bytes", str(args.size_bytes)]) or code
     if "P8" in args.only:
         return run_storage_bench(args.storage_argv) or code
     return code

@@ -8,7 +8,10 @@ Every argument after ``bench`` is handed to ``loadtests.bench.main(argv)`` untou
 (``mq bench --only P3 --help`` lists its options). The consumer group workloads —
 ``rebalance`` (eager vs cooperative pause), ``group-throughput`` (1 vs N consumers)
 and ``coordinator-failover`` — likewise go to ``loadtests.bench_groups``:
-``mq bench --only rebalance,group-throughput,coordinator-failover``.
+``mq bench --only rebalance,group-throughput,coordinator-failover``. The geo
+workloads — ``P7`` (mirror throughput through a 50 ms link), ``P7-latency``
+(replication latency at 50,000 rec/s) and ``geo-failover`` (fail-over time, records at
+risk) — start two regions, the link and the mirror: ``loadtests.bench_geo``.
 """
 
 from __future__ import annotations
