@@ -44,6 +44,7 @@ import matplotlib.pyplot as plt
 from mq.core.errors import MqError
 from mq.core.types import TopicPartition
 from mq.lab import table, wait_until
+from mq.lab.figures import save_figure
 from mq.lab.geo import GeoLab
 from mq.lab.geo_measure import (
     EndsRecorder,
@@ -61,7 +62,6 @@ from mq.lab.geo_plots import (
     plot_latency_steps,
     plot_regions,
     plot_rereads,
-    save_figure,
 )
 
 PARTITIONS = 3

@@ -1,32 +1,17 @@
 """Plots of the geo lab (notebooks/05_geo_failover.py): replication latency against the
 link, the two sides of the loss-versus-duplicates dial, and both regions' ends through
-a cut, a fail-over and a fail-back. ``save_figure`` writes a figure for the docs."""
+a cut, a fail-over and a fail-back. Figures for the docs go through ``mq.lab.figures.save_figure``."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
 from mq.lab.plots import mark_events
 
-FIGURES_ENV = "MQ_LAB_FIGURES"  # a directory: labs save their figures there for docs/labs/
 DPI = 90
-
-
-def save_figure(fig: Any, name: str) -> Path | None:
-    """``<$MQ_LAB_FIGURES>/<name>.png`` when that variable names a directory (how the
-    PNGs under docs/labs/ are made); otherwise nothing."""
-    directory = os.environ.get(FIGURES_ENV)
-    if not directory:
-        return None
-    path = Path(directory) / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata={"Software": None})
-    return path
 
 
 def plot_latency_steps(buckets: Sequence[tuple[float, float, float]], steps: Sequence[Mapping[str, Any]], *,
@@ -116,4 +101,4 @@ def plot_regions(samples: Sequence[tuple[float, int, int]], events: Sequence[Map
     return ax
 
 
-__all__ = ["FIGURES_ENV", "plot_at_risk", "plot_latency_steps", "plot_regions", "plot_rereads", "save_figure"]
+__all__ = ["plot_at_risk", "plot_latency_steps", "plot_regions", "plot_rereads"]
