@@ -133,7 +133,7 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
                 f"final offset sync of {len(synced)} group(s)")
         except (MqError, TimeoutError, OSError) as exc:
             at_risk = _last_known(flow, mirrored, now)
-            say(f"3. source {flow.source_region} did not answer ({exc or 'timeout'}): records at risk "
+            say(f"3. source {flow.source_region} did not answer ({str(exc) or 'no answer within the probe timeout'}): records at risk "
                 f"are the last known figures; groups keep their last synced offsets")
         for name in names:
             await target.alter_configs(name, delete=[MIRROR_SOURCE_REGION])
