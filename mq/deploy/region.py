@@ -74,16 +74,21 @@ def load_region(path: str | os.PathLike, *, data_dir: str | None = None,
                 extra_configs: Sequence[tuple[str, str]] = ()) -> Topology:
     """Read and check a region file; ``data_dir`` replaces the file's ``data_dir`` and
     ``extra_configs`` (``mq up --config``) apply to every broker after the file's."""
+    text, source = read_region_file(path)
+    return parse_region(text, source=source, data_dir=data_dir, extra_configs=extra_configs)
+
+
+def read_region_file(path: str | os.PathLike) -> tuple[str, str]:
+    """A region file's text and the name errors give it; a RegionError if it cannot be read."""
     source = display_path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8"), source
     except FileNotFoundError:
         raise RegionError(f"{source}: no such file",
                           f"pass an existing region file, or run `mq up` without one for {DEFAULT_REGION_FILE}"
                           ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RegionError(f"{source}: cannot read it ({exc})", "check the path and its permissions") from None
-    return parse_region(text, source=source, data_dir=data_dir, extra_configs=extra_configs)
 
 
 def parse_region(text: str, *, source: str = "<region>", data_dir: str | None = None,

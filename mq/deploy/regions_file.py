@@ -32,19 +32,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from mq.deploy.errors import RegionError
 from mq.deploy.region import (
     _WILDCARD_HOSTS,
     DEFAULT_DATA_DIR,
-    DEFAULT_REGION_FILE,
     _close,
     _load_yaml,
     _Reader,
     _type_name,
-    display_path,
+    read_region_file,
 )
 from mq.deploy.shaping import LinkSettings
 from mq.deploy.topology import (
@@ -77,15 +74,7 @@ def load_topology(path: str | os.PathLike, *, data_dir: str | None = None,
     """Read and check a region file of either format into a Deployment; ``data_dir``
     (``mq up --data-dir``) replaces the file's, ``extra_configs`` (``mq up --config``)
     apply to every broker after the file's."""
-    source = display_path(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RegionError(f"{source}: no such file",
-                          f"pass an existing region file, or run `mq up` without one for {DEFAULT_REGION_FILE}"
-                          ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RegionError(f"{source}: cannot read it ({exc})", "check the path and its permissions") from None
+    text, source = read_region_file(path)
     return parse_topology(text, source=source, path=os.path.abspath(path), data_dir=data_dir,
                           extra_configs=extra_configs)
 
