@@ -9,22 +9,17 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from loadtests.region_workloads import p3
+from loadtests.region_workloads import STALL_S, STAMP, latency_reader, p3
 from loadtests.stats import latency_summary
-from mq.client import Consumer, Producer, blocking
+from mq.client import Producer, blocking
 from mq.core.errors import MqError
-from mq.core.types import TopicPartition
 from mq.lab.geo import SOURCE, TARGET, GeoLab
 from mq.lab.process import wait_until
-
-STAMP = struct.Struct(">qq")  # values start with (sequence, monotonic_ns at send)
-STALL_S = 60.0
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -267,39 +262,6 @@ def _paced_producer(bootstrap: str, topic: str, partitions: int, rate: int, coun
         raise
 
 
-def _latency_consumer(bootstrap: str, topic: str, partitions: int, count: int, ready: Any, stop: Any,
-                      out: Any) -> None:
-    """Read ``count`` records from the end of every partition (or until ``stop``); one
-    latency per record."""
-    async def consume() -> list[tuple[int, int]]:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        latencies: list[tuple[int, int]] = []
-        async with Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100,
-                            max_poll_records=10_000) as consumer:
-            consumer.assign(tps)
-            await consumer.poll(timeout_ms=100)
-            ready.set()
-            progress = time.monotonic()
-            unpack, now_ns = STAMP.unpack_from, time.monotonic_ns
-            while len(latencies) < count and not stop.is_set():
-                records = await consumer.poll(timeout_ms=1000)
-                now = now_ns()
-                if records:
-                    progress = time.monotonic()
-                    for record in records:
-                        seq, sent = unpack(record.value)
-                        latencies.append((seq, now - sent))
-                elif time.monotonic() - progress > STALL_S:
-                    raise RuntimeError(f"consumer stalled at {len(latencies)} of {count}")
-        return latencies
-
-    try:
-        out.put(_run(consume()))
-    except BaseException as exc:
-        out.put({"error": f"{type(exc).__name__}: {exc}"})
-        raise
-
-
 def _spawn(target: Callable[..., None], *args: Any) -> tuple[Any, Any, Any, Any]:
     """``target(*args, ready, stop, out)`` in a fresh process: (process, ready, stop, out)."""
     ctx = multiprocessing.get_context("spawn")
@@ -333,7 +295,7 @@ def p7_latency(lab: GeoLab, topic: str, *, rate: int, seconds: float, warmup_s: 
     count, warmup = int(rate * (seconds + warmup_s)), int(rate * warmup_s)
     # keep every handle _spawn returns until the reports are in: a child unpickles the events
     # after the start, and a collected one takes its semaphore with it
-    consumer = _spawn(_latency_consumer, lab.bootstrap(TARGET), topic, partitions, count)
+    consumer = _spawn(latency_reader, lab.bootstrap(TARGET), topic, list(range(partitions)), count, 100)
     if not consumer[1].wait(60):
         raise RuntimeError("P7 latency: the reader in the target region did not start")
     producer = _spawn(_paced_producer, lab.bootstrap(SOURCE), topic, partitions, rate, count, size_bytes, linger_ms)

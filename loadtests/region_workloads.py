@@ -22,7 +22,7 @@ from mq.lab.workloads import make_values
 
 VALUE_POOL = 4096
 STALL_S = 60.0
-STAMP = struct.Struct(">qq")  # P4 values start with (sequence, monotonic_ns at send)
+STAMP = struct.Struct(">qq")  # P4 and P7-latency values start with (sequence, monotonic_ns at send)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -169,19 +169,21 @@ def p3(bootstrap: str, topic: str, *, partitions: int, producers: int, records: 
 # ---------------------------------------------------------------- P4
 
 
-def _p4_consumer(bootstrap: str, topic: str, count: int, ready: Any, out: Any) -> None:
-    """Read ``count`` records from the end of partition 0; one latency per record."""
+def latency_reader(bootstrap: str, topic: str, partitions: list[int], count: int, fetch_max_wait_ms: int,
+                   ready: Any, stop: Any, out: Any) -> None:
+    """Read ``count`` records from the end of ``partitions`` (or until ``stop`` is set, when
+    given), in its own process; one latency (now - the send stamp) per record."""
     async def consume() -> list[tuple[int, int]]:
-        tp = TopicPartition(topic, 0)
+        tps = [TopicPartition(topic, p) for p in partitions]
         latencies: list[tuple[int, int]] = []
-        async with Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500,
+        async with Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=fetch_max_wait_ms,
                             max_poll_records=10_000) as consumer:
-            consumer.assign([tp])
+            consumer.assign(tps)
             await consumer.poll(timeout_ms=100)  # position resolved, connections open
             ready.set()
             progress = time.monotonic()
             unpack, now_ns = STAMP.unpack_from, time.monotonic_ns
-            while len(latencies) < count:
+            while len(latencies) < count and not (stop is not None and stop.is_set()):
                 records = await consumer.poll(timeout_ms=1000)
                 now = now_ns()
                 if records:
@@ -206,7 +208,8 @@ async def p4(bootstrap: str, topic: str, *, rate: int, seconds: float, warmup_s:
     warmup = int(rate * warmup_s)
     ctx = multiprocessing.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    consumer = ctx.Process(target=_p4_consumer, args=(bootstrap, topic, count, ready, out), daemon=True)
+    consumer = ctx.Process(target=latency_reader, args=(bootstrap, topic, [0], count, 500, ready, None, out),
+                           daemon=True)
     consumer.start()
     loop = asyncio.get_running_loop()
     try:
