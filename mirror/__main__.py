@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--groups", action="append", metavar="REGEX", help="sync offsets of groups matching")
     run.add_argument("--groups-exclude", action="append", metavar="REGEX", help="but not of those matching")
     run.add_argument("--refresh-topics-interval-ms", type=int, metavar="MS",
-                     help="how often topics and configs are listed (default 5000)")
+                     help="how often topics and configs are listed (default 1000)")
     run.add_argument("--sync-group-offsets-interval-ms", type=int, metavar="MS",
                      help="how often group offsets are synced (default 5000)")
     run.add_argument("--emit-heartbeats-interval-ms", type=int, metavar="MS",

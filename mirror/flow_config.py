@@ -13,7 +13,7 @@ Flow intervals use MirrorMaker 2's names where it has one:
 =================================== ======= ==========================================
 name                                default meaning
 =================================== ======= ==========================================
-``refresh.topics.interval.ms``       5000   how often new topics and config changes are picked up
+``refresh.topics.interval.ms``       1000   how often new topics and config changes are picked up
 ``sync.group.offsets.interval.ms``   5000   how often committed group offsets are copied
 ``emit.heartbeats.interval.ms``      1000   how often a heartbeat is written to the source
 ``replication.factor``               0      target replication factor (0: min(3, brokers))
@@ -32,7 +32,7 @@ from mirror.topics import TopicFilter
 
 DEFAULT_DATA_DIR = ".mq"
 INTERVAL_DEFAULTS = {
-    "refresh.topics.interval.ms": 5_000,
+    "refresh.topics.interval.ms": 1_000,
     "sync.group.offsets.interval.ms": 5_000,
     "emit.heartbeats.interval.ms": 1_000,
     "replication.factor": 0,
@@ -57,7 +57,7 @@ class FlowConfig:
     groups_exclude: tuple[str, ...] = ()
     sync_group_offsets_enabled: bool = True
     mode: str = "active-passive"
-    refresh_topics_interval_ms: int = 5_000
+    refresh_topics_interval_ms: int = 1_000
     sync_group_offsets_interval_ms: int = 5_000
     emit_heartbeats_interval_ms: int = 1_000
     replication_factor: int = 0

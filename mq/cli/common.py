@@ -154,9 +154,13 @@ def require_broker(bootstrap: str, *, timeout_s: float = 3.0) -> None:
         raise CliError(f"the broker refused ApiVersions: {response}", "see the broker log")
 
 
+class UnknownTopic(CliError):
+    """A named topic that does not exist (yet: a mirror may be about to create it)."""
+
+
 def unknown_topic(topic: str) -> CliError:
-    return CliError(f"topic {topic!r} does not exist",
-                    "list topics with `mq topic list` or create it with `mq topic create`")
+    return UnknownTopic(f"topic {topic!r} does not exist",
+                        "list topics with `mq topic list` or create it with `mq topic create`")
 
 
 _HINTS: dict[ErrorCode, str] = {

@@ -8,16 +8,18 @@ is clamped into [log start, log end] of each partition, with a note), or ``--fro
 
 With ``--group G`` the consumer joins group G instead: the coordinator assigns it
 partitions of the topics (``--include``: of every topic matching the pattern, also ones
-created later), it starts at the group's committed offsets (else at the end, or at the
-log start with ``--from-beginning``: Kafka's ``auto.offset.reset=earliest``, which does
-not move offsets the group already committed), commits every few seconds and on exit,
+created later), it starts at the group's committed offsets (a group with none starts at
+the log start, as rpk and Kafka Streams do; ``--consumer-property
+auto.offset.reset=latest`` starts it at the end, as Kafka's console consumer does),
+commits every few seconds and on exit,
 and leaves the group when it stops. ``--assignor``, ``--group-instance-id``,
 ``--session-timeout-ms`` and ``--consumer-property`` (Kafka's consumer config names,
 ``mq.cli.client_props``) configure the member.
 
 Output: ``mq.cli.formatter`` (Kafka's ``--property print.*``, an rpk-style format
 string, or JSON). It stops after ``--max-messages`` records, or when ``--timeout-ms``
-passes without a new record; Ctrl-C and a closed pipe end it quietly.
+passes without a new record (a named topic that does not exist yet is waited for that
+long too); Ctrl-C and a closed pipe end it quietly.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mq.cli import client_props
 from mq.cli.common import (
     EXIT_USAGE,
     CliError,
+    UnknownTopic,
     add_bootstrap,
     check_partition,
     key_value,
@@ -71,8 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="consume only partition P of the one topic (default: all)")
     p.add_argument("-g", "--group", metavar="GROUP",
                    help="join consumer group GROUP: share the partitions with its other members, start at its "
-                        "committed offsets and commit on the way (--from-beginning: where none is committed, "
-                        "start at the log start)")
+                        "committed offsets (none committed: the log start; --consumer-property "
+                        "auto.offset.reset=latest: the end) and commit on the way")
     p.add_argument("--assignor", type=_assignors, metavar="NAME[,NAME]",
                    help=f"--group: the partition assignor(s) this member proposes, one of "
                         f"{', '.join(client_props.ASSIGNORS)} (default: range)")
@@ -88,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after N records")
     p.add_argument("--timeout-ms", type=int, metavar="T", help="exit when no record arrives for T ms "
                    "(with --group: counted only while the member holds an assignment, not while it joins or "
-                   "rejoins the group) "
+                   "rejoins the group; a named topic that does not exist yet is waited for as long) "
                    "(default: wait forever)")
     p.add_argument("-f", "--format", default="text", metavar="text|json|FORMAT", help=FORMAT_HELP.replace("%", "%%"))
     p.add_argument("--property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -155,7 +158,10 @@ def consumer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "auto_offset_reset": ("--from-beginning", "earliest" if args.from_beginning else None),
     }
     kwargs = client_props.merge(flags, props, "--consumer-property", client_props.CONSUMER_PROPERTIES)
-    kwargs.setdefault("auto_offset_reset", "latest")
+    # A group with nothing committed starts at the log start (rpk's default, and Kafka
+    # Streams'): a named group is an application that processes the topic. Without a group
+    # the console follows new records (Kafka's console consumer).
+    kwargs.setdefault("auto_offset_reset", "latest" if kwargs.get("group_id") is None else "earliest")
     kwargs.setdefault("client_id", "mq-console-consumer")
     if kwargs.get("group_id") is not None:
         kwargs.setdefault("enable_auto_commit", True)
@@ -199,9 +205,28 @@ def subscription_pattern(topics: list[str], include: str) -> str:
     return "|".join([*(re.escape(t) for t in topics), f"(?:{include})"])
 
 
+def named_topics_partitions(args: argparse.Namespace) -> dict[str, list[int]]:
+    """The named topics' partitions. A missing topic is an error at once, unless
+    ``--timeout-ms`` is given: then it is waited for that long, with a note (the topic a
+    mirror is about to create, or one a script creates a moment later)."""
+    deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
+    noted = False
+    while True:
+        try:
+            return topics_partitions(args.bootstrap, args.topics)
+        except UnknownTopic as exc:
+            if deadline is None or time.monotonic() >= deadline:
+                raise
+            if not noted:
+                print(f"note: {exc.what}: waiting up to --timeout-ms {args.timeout_ms} for it to be created",
+                      file=sys.stderr)
+                noted = True
+            time.sleep(0.2)
+
+
 def resolve_partitions(args: argparse.Namespace) -> list[TopicPartition]:
     """Without a group: every partition to assign, named topics first, then matches."""
-    named = topics_partitions(args.bootstrap, args.topics) if args.topics else {}
+    named = named_topics_partitions(args) if args.topics else {}
     found = dict(named)
     if args.include is not None:
         pattern = re.compile(args.include)
@@ -235,7 +260,7 @@ def run_consume(args: argparse.Namespace) -> int:
     else:
         tps = []
         if args.topics:
-            topics_partitions(args.bootstrap, args.topics)  # "no such topic" now, in words
+            named_topics_partitions(args)  # "no such topic" now, in words
     progress = _Progress()
     try:
         args.render = render

@@ -61,7 +61,7 @@ LINK_KEYS = ("source", "target", "latency_ms", "jitter_ms", "bandwidth_mbit", "l
 FLOW_KEYS = ("name", "source", "target", "mode", "topics", "groups", "sync.group.offsets.enabled",
              "sync.group.offsets.interval.ms", "refresh.topics.interval.ms", "emit.heartbeats.interval.ms",
              "configs")
-FLOW_INTERVALS = {"sync.group.offsets.interval.ms": 5000, "refresh.topics.interval.ms": 5000,
+FLOW_INTERVALS = {"sync.group.offsets.interval.ms": 5000, "refresh.topics.interval.ms": 1000,
                   "emit.heartbeats.interval.ms": 1000}
 LINK_EXAMPLES = {"latency_ms": 40, "jitter_ms": 5, "bandwidth_mbit": 100, "loss": 0.01, "loss_stall_ms": 200}
 DEFAULT_LINK_PORT_BASE = 9300

@@ -244,7 +244,7 @@ class FlowSpec:
     groups_exclude: tuple[str, ...] = ()
     sync_group_offsets_enabled: bool = True
     sync_group_offsets_interval_ms: int = 5000
-    refresh_topics_interval_ms: int = 5000
+    refresh_topics_interval_ms: int = 1000
     emit_heartbeats_interval_ms: int = 1000
     configs: tuple[tuple[str, str], ...] = ()
     data_dir: str = ""

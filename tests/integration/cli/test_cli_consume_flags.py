@@ -161,3 +161,31 @@ def test_include_with_a_group_follows_new_topics(cluster):
         proc.kill()
     assert proc.returncode == 0, err
     assert out == b"later-1 hello\n"
+
+
+def test_a_new_group_starts_at_the_log_start_and_latest_by_property(cluster, topics):
+    """`mq consume T --group G` with nothing committed reads T from its start (rpk's default);
+    auto.offset.reset=latest gives Kafka's console behaviour, and waits for new records."""
+    assert _lines(cluster.mq("consume", "cf-b", "-g", "fresh", "--max-messages", "2", timeout=60)) == ["b0", "b1"]
+    latest = _lines(cluster.mq("consume", "cf-b", "-g", "tail", "--consumer-property", "auto.offset.reset=latest",
+                               "--timeout-ms", "2000", timeout=60))
+    assert latest == []
+
+
+def test_a_missing_topic_is_waited_for_within_the_timeout(cluster):
+    """With --timeout-ms a topic created a moment later (as a mirror creates one) is read;
+    without it a missing topic is an error at once."""
+    missing = cluster.mq("consume", "not-yet-there", "--from-beginning")
+    assert missing.returncode == 1 and b"topic 'not-yet-there' does not exist" in missing.stderr
+    proc = subprocess.Popen([*mq_command(), "consume", "soon", "--from-beginning", "--timeout-ms", "8000"],
+                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1)
+        assert cluster.mq("topic", "create", "soon").returncode == 0
+        assert cluster.mq("produce", "soon", input=b"here\n").returncode == 0
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out == b"here\n"
+    assert b"waiting up to --timeout-ms 8000" in err

@@ -64,7 +64,6 @@ def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
             source: east
             target: west
             sync.group.offsets.interval.ms: 500
-            refresh.topics.interval.ms: 500
         """))
     env = base_env()
     up = run_mq("up", "geo.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)
@@ -75,6 +74,10 @@ def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
                       env=env, cwd=tmp_path).returncode == 0
         produced = shell("seq 1 20000 | mq produce orders --region east --acks all", env, tmp_path)
         assert produced.returncode == 0, produced.stderr
+        # As the walkthrough reads it: at once (the consumer waits --timeout-ms for the topic).
+        west = shell("mq consume orders --region west --from-beginning --format json --timeout-ms 3000 | wc -l",
+                     env, tmp_path)
+        assert west.stdout.strip() == "20000", west.stderr
         doc = wait_for(lambda: (d := mirror_status(env, tmp_path)) and d.get("state") == "running"
                        and d.get("totals", {}).get("records_mirrored", 0) >= 20000 and d, 30, "the copy")
         mirror_pids.append(doc["pid"])
@@ -82,8 +85,7 @@ def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
         table = run_mq("mirror", "status", env=env, cwd=tmp_path).stdout.decode()
         assert "flow east-to-west: east -> west  state running" in table
 
-        consumed = shell("mq consume orders --region east --group billing --from-beginning "
-                         "--max-messages 8000 > /dev/null", env, tmp_path)
+        consumed = shell("mq consume orders --region east --group billing --max-messages 8000 > /dev/null", env, tmp_path)
         assert consumed.returncode == 0, consumed.stderr
         assert committed_total("east", env, tmp_path) == 8000
         wait_for(lambda: committed_total("west", env, tmp_path) == 8000, 20, "billing's offsets synced to west")

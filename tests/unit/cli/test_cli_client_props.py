@@ -65,6 +65,9 @@ def test_consumer_kwargs_flags_and_properties():
     assert got == {"group_id": "g", "assignor": ["cooperative-sticky"], "group_instance_id": "i1",
                    "session_timeout_ms": 6000, "auto_offset_reset": "earliest", "client_id": "me",
                    "enable_auto_commit": True}
+    # A new group starts at the log start (rpk, Kafka Streams); Kafka's console default by property.
+    assert kwargs_of("-g", "g")["auto_offset_reset"] == "earliest"
+    assert kwargs_of("-g", "g", "--consumer-property", "auto.offset.reset=latest")["auto_offset_reset"] == "latest"
     # group.id by property is a group, like --group.
     assert kwargs_of("--consumer-property", "group.id=g2")["group_id"] == "g2"
     assert kwargs_of("-g", "g", "--consumer-property", "enable.auto.commit=false")["enable_auto_commit"] is False

@@ -47,7 +47,7 @@ def test_a_flow_is_read_from_cluster_json(tmp_path) -> None:
     assert flow.topics.matches("orders") and not flow.topics.matches("orders.tmp")
     assert flow.groups == ("billing",) and flow.groups_exclude == ("billing-test",)
     assert flow.sync_group_offsets_interval_ms == 2000
-    assert flow.refresh_topics_interval_ms == 5000  # the default
+    assert flow.refresh_topics_interval_ms == 1000  # the default
     assert flow.state_dir == str(tmp_path / "mirror-east->west")
 
 
