@@ -20,7 +20,7 @@ import os
 import time
 
 from mq.cli.common import CliError
-from mq.cli.output import cell, console, human_bytes, print_json, print_table, table
+from mq.cli.output import cell, console, human_bytes, print_fitted, print_json, print_table, table
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -209,23 +209,70 @@ def _read_json(path: str) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _print_flows(flows: list[dict]) -> None:
-    t = table("flow", "from", "to", "mode", "mirror", "state", "lag (records)", "lag", "latency p99", "updated",
-              title="mirror flows")
-    now_ms = time.time() * 1000
+FLOW_COLUMNS = (  # (header, priority): 0 always shown, higher numbers left out first on narrow terminals
+    ("flow", 0), ("from", 2), ("to", 2), ("mode", 4), ("mirror", 1), ("state", 0), ("lag", 0),
+    ("lag estimate", 1), ("lag time", 3), ("source heard", 1), ("latency p99", 3), ("updated", 2))
+
+
+def flow_rows(flows: list[dict], now_ms: float) -> tuple[list[list[str]], list[str]]:
+    """The flows table's rows (``FLOW_COLUMNS``) and the lines printed under it: why a
+    flow is not running and, while its source is not heard, what is known and since when."""
+    rows, notes = [], []
     for f in flows:
         proc = f["process"] or {}
         mirror = (f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
                   if f["mirror_installed"] else "[yellow]not installed[/]")
         s = f["mirror_status"] or {}
-        updated = s.get("updated_at_ms")
-        age = f"{max(0.0, now_ms - updated) / 1000:.0f} s ago" if isinstance(updated, (int, float)) else "-"
         state = str(s.get("state", "-"))
+        colour = {"running": "green", "stalled": "red", "blocked": "red"}.get(state, "yellow")
+        unheard = bool(s.get("source_unreachable"))
+        lag = cell(s.get("lag_records"))
+        if unheard and lag != "-":
+            lag = f">={lag}"
+        estimate = s.get("lag_records_estimate")
+        rows.append([f["name"], f["source"], f["target"], f["mode"], mirror, f"[{colour}]{state}[/]", lag,
+                     f"~{estimate}" if unheard and estimate is not None else "-", _ms(s.get("lag_ms")),
+                     _ago(s.get("source_heard_at_ms"), now_ms), _ms(s.get("replication_latency_p99_ms")),
+                     _ago(s.get("updated_at_ms"), now_ms)])
         if s.get("error"):
-            state = f"[red]{state}: {s['error']}[/]"
-        t.add_row(f["name"], f["source"], f["target"], f["mode"], mirror, state, cell(s.get("lag_records")),
-                  _ms(s.get("lag_ms")), _ms(s.get("replication_latency_p99_ms")), age)
-    print_table(t)
+            notes.append(f"{f['name']}: {state}: {s['error']}")
+        if unheard:
+            notes.append(f"{f['name']}: {unheard_line(s, f['source'], now_ms)}")
+    return rows, notes
+
+
+def unheard_line(s: dict, source: str, now_ms: float) -> str:
+    """What a flow knows while its source is not heard: lower bound, as of when, estimate."""
+    heard, as_of = s.get("source_heard_at_ms"), s.get("lag_as_of_ms")
+    silent = max(0.0, now_ms - heard) / 1000 if isinstance(heard, (int, float)) else None
+    text = (f"source {source} not heard for {silent:.0f} s (last answer at {_clock(heard)})"
+            if silent is not None else f"source {source} never heard")
+    if s.get("lag_records") is not None:
+        text += (f"; lag >= {s['lag_records']} records as of {_clock(as_of)} (a lower bound: "
+                 f"{source} may have taken more since)")
+    rate, estimate = s.get("source_rate_per_s"), s.get("lag_records_estimate")
+    if estimate is not None and rate is not None and silent is not None:
+        text += f"; estimate ~{estimate} records (last known rate {rate:g} rec/s x {silent:.0f} s)"
+    else:
+        text += "; no estimate (the produce rate was not measured before the source went silent)"
+    return text
+
+
+def _print_flows(flows: list[dict]) -> None:
+    rows, notes = flow_rows(flows, time.time() * 1000)
+    print_fitted(FLOW_COLUMNS, rows, title="mirror flows")
+    out = console()
+    for line in notes:  # on a terminal, words wrap at its width; piped, one line each
+        out.print(line, markup=False, soft_wrap=not out.is_terminal)
+
+
+def _ago(ms, now_ms: float) -> str:
+    return f"{max(0.0, now_ms - ms) / 1000:.0f} s ago" if isinstance(ms, (int, float)) and not isinstance(ms, bool) \
+        else "-"
+
+
+def _clock(ms) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) if isinstance(ms, (int, float)) else "unknown"
 
 
 def _ms(value) -> str:
