@@ -12,6 +12,9 @@ import threading
 import time
 from typing import Self
 
+import jsonschema
+
+from mq.cli import schemas
 from mq.client import blocking
 from mq.core.types import TopicPartition
 from tests.integration.mirror.harness import (
@@ -66,9 +69,15 @@ class SteadyWriter:
             self.error = exc
 
 
+def valid(command: str, doc: dict) -> dict:
+    """``doc`` as documented (mq/cli/schemas_mirror.py, docs/reference/json-output.md)."""
+    jsonschema.Draft202012Validator(schemas.schema_of(command).schema).validate(doc)
+    return doc
+
+
 def status(regions) -> dict:
     result = run_cli("status", "--data-dir", str(regions.tmp), "--flow", "east->west", "--json")
-    return json.loads(result.stdout) if result.returncode == 0 else {}
+    return valid("mq mirror status", json.loads(result.stdout)) if result.returncode == 0 else {}
 
 
 def orders(doc: dict) -> dict[TopicPartition, dict]:
@@ -170,7 +179,7 @@ def test_failover_with_the_link_cut_reports_a_lower_bound_and_an_estimate_and_fa
             writer.stop()
         assert result.returncode == 0, result.stdout + result.stderr
         assert "did not answer" in result.stderr and "lower bound" in result.stderr
-        report = json.loads(result.stdout)
+        report = valid("mq mirror failover", json.loads(result.stdout))
         promotion = report["promotion_ends"]["orders"]
         assert not report["records_at_risk_exact"]
         rows = {TopicPartition(r["topic"], r["partition"]): r for r in report["partitions"]}
@@ -198,7 +207,7 @@ def test_failover_with_the_link_cut_reports_a_lower_bound_and_an_estimate_and_fa
         east_final = high_watermarks(regions.east.bootstrap, TPS)
         back = run_cli("failback", "--cluster", cluster, "--to", "east", "--json", "--catch-up-timeout-s", "60")
         assert back.returncode == 0, back.stdout + back.stderr
-        summary = json.loads(back.stdout)
+        summary = valid("mq mirror failback", json.loads(back.stdout))
         saved = {TopicPartition(d["topic"], d["partition"]): d for d in summary["diverged_partitions"]}
         assert sorted(saved) == TPS
         for tp in TPS:
