@@ -177,7 +177,7 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
     write_status(f"{flow.state_dir}/{FAILOVER_STATE}", report)
     status = read_status(flow.status_path) or {"flow": flow.name, "source": flow.source_region,
                                                "target": flow.target_region, "partitions": []}
-    status.update(state="failed-over", updated_ms=promoted_ms,
+    status.update(state="failed-over", updated_ms=promoted_ms, updated_at_ms=promoted_ms, error="",
                   reason=f"{flow.target_region} promoted; {_at_risk_text(report)} records at risk")
     write_status(flow.status_path, status)
     say(f"5. promotion point recorded in {flow.state_dir}/{FAILOVER_STATE}")

@@ -117,6 +117,8 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, width
     return "\n".join(lines)
 
 
+STOPPED_STATES = ("stopped", "failed-over")
+
 # (header, priority): 0 always shown, higher numbers left out first on a narrow terminal
 PARTITION_COLUMNS = (("TOPIC", 0), ("PARTITION", 0), ("STATE", 0), ("SOURCE-END", 2), ("MIRRORED-END", 1),
                      ("LAG", 0), ("LAG-ESTIMATE", 1), ("LAG-S", 3), ("P50-MS", 4), ("P99-MS", 3),
@@ -193,16 +195,20 @@ def describe(doc: Mapping[str, Any], *, now_ms: int, width: int | None = None) -
                              break_on_hyphens=False)
 
     age = (now_ms - int(doc.get("updated_ms", now_ms))) / 1000
+    # A flow that no longer runs says what it knew when it stopped, not an extrapolation to now.
+    live = doc.get("state") not in STOPPED_STATES
+    at = now_ms if live else int(doc.get("updated_ms", now_ms))
     head = [(f"flow {doc.get('flow')}: {doc.get('source')} -> {doc.get('target')}  "
              f"state {doc.get('state')}  pid {doc.get('pid')}  updated {age:.1f} s ago")]
     if doc.get("reason"):
         head.append(prose(doc["reason"], "  "))
     if doc.get("source_unreachable"):
-        head.append(prose(unheard_line(doc, now_ms), "  "))
+        when = "" if live else f"when the flow stopped ({clock(at)}): "
+        head.append(prose(when + unheard_line(doc, at), "  "))
     if age > 5 and doc.get("state") != "stopped":
         head.append("  (the status is old: is the mirror process running?)")
     partitions = doc.get("partitions", [])
-    rows = [partition_row(p, now_ms) for p in partitions]
+    rows = [partition_row(p, at) for p in partitions]
     table = format_table([h for h, _ in PARTITION_COLUMNS], rows, width=width,
                          priorities=[r for _, r in PARTITION_COLUMNS])
     out = ["\n".join(head), table]

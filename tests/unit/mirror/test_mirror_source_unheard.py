@@ -181,3 +181,15 @@ def test_a_piped_partition_table_has_every_column() -> None:
     doc, wall = stalled_flow_doc()
     header = next(line for line in describe(doc, now_ms=wall).splitlines() if line.startswith("TOPIC"))
     assert header.split() == [h for h, _ in PARTITION_COLUMNS]
+
+
+def test_a_failed_over_flow_shows_what_it_knew_when_it_stopped_not_an_extrapolation() -> None:
+    from mirror.status import describe
+
+    doc, wall = stalled_flow_doc()
+    doc = {**doc, "state": "failed-over", "reason": "west promoted; at least 0 (estimate ~19600) records at risk"}
+    text = " ".join(line.strip() for line in describe(doc, now_ms=wall + 60_000, width=120).splitlines())
+    assert "when the flow stopped (" in text and "not heard for 6.0 s" in text  # not 66 s
+    assert "estimate ~16800 records" in text
+    rows = [line.split() for line in describe(doc, now_ms=wall + 60_000).splitlines() if line.startswith("orders ")]
+    assert all("~2400" in r and r[-1] == "6.0" for r in rows)

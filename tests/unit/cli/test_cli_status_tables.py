@@ -1,6 +1,6 @@
-"""`mq status`'s mirror flows table at the widths people use: whole headers, one line per
-flow, nothing wrapped or cut; a silent source shown as what it is (a lower bound as of a
-time, the seconds since, an estimate), with the detail under the table."""
+"""`mq status`'s tables at the widths people use: whole headers, one line per row,
+nothing wrapped or cut (whole columns left out, and said so); a silent source shown as what
+it is (a lower bound as of a time, the seconds since, an estimate), with the detail below."""
 
 from __future__ import annotations
 
@@ -82,3 +82,57 @@ def test_a_reachable_flow_has_exact_figures_and_no_estimate():
     cells = dict(zip((c for c, _ in FLOW_COLUMNS), row))
     assert (cells["lag"], cells["lag estimate"], cells["source heard"]) == ("17", "-", "0 s ago")
     assert notes == []
+
+
+def silent_partition(p: int, *, lag: int, rate: float, seen_ms: int) -> dict:
+    return {"topic": "orders", "partition": p, "lag_records": lag, "source_unreachable": True,
+            "source_rate_per_s": rate, "source_seen_wall_ms": seen_ms}
+
+
+def test_the_estimate_is_taken_to_now_while_the_flow_runs_and_frozen_when_it_stopped():
+    parts = [silent_partition(0, lag=10, rate=100.0, seen_ms=NOW - 10_000),
+             silent_partition(1, lag=0, rate=50.0, seen_ms=NOW - 10_000)]
+    running = flow("east-to-west", "stalled", lag_records=10, source_unreachable=True,
+                   source_heard_at_ms=NOW - 10_000, lag_as_of_ms=NOW - 10_000, source_rate_per_s=150.0,
+                   lag_records_estimate=1_360, updated_at_ms=NOW - 1_000, partitions=parts,
+                   error="source region east unreachable")
+    [row], notes = flow_rows([running], NOW)
+    cells = dict(zip((c for c, _ in FLOW_COLUMNS), row))
+    assert cells["lag"] == ">=10" and cells["lag estimate"] == "~1510"  # 10 + 150 rec/s x 10 s, now
+    assert "estimate ~1510 records (last known rate 150 rec/s x 10 s)" in notes[1]
+
+    # Failed over 8 s after the last answer, looked at a minute later.
+    for p in parts:
+        p["source_seen_wall_ms"] = NOW - 60_000
+    status = {k: v for k, v in running["mirror_status"].items() if k != "state"}
+    status.update(error="", reason="west promoted; at least 10 (estimate ~1210) records at risk",
+                  updated_at_ms=NOW - 52_000, source_heard_at_ms=NOW - 60_000)
+    stopped = flow("east-to-west", "failed-over", **status)
+    [row], notes = flow_rows([stopped], NOW)
+    cells = dict(zip((c for c, _ in FLOW_COLUMNS), row))
+    assert cells["lag estimate"] == "~1210"  # as of the fail-over, 8 s after the last answer: not 60 s
+    assert notes[0] == "east-to-west: failed-over: west promoted; at least 10 (estimate ~1210) records at risk"
+    assert notes[1].startswith("east-to-west: when the flow stopped (") and "not heard for 8 s" in notes[1]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_links_table_keeps_a_cut_links_state_whole(width, monkeypatch):
+    from mq.cli.status import _print_links
+
+    def link(name: str, state: str, cut_mode) -> dict:
+        return {"name": name, "state": state, "cut_mode": cut_mode, "latency_ms": 40, "jitter_ms": 5,
+                "bandwidth_mbit": None, "loss": 0.0, "connections": 7, "bytes": 524_288,
+                "control": "127.0.0.1:23102", "stall_left_ms": 0}
+
+    buf = io.StringIO()
+    monkeypatch.setattr(output, "_stdout", Console(file=buf, width=width, force_terminal=True,
+                                                   color_system=None, highlight=False, soft_wrap=True))
+    _print_links([link("east->west", "cut", "blackhole"), link("west->east", "up", None)])
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines), "\n".join(lines)
+    rows = [line.split() for line in lines if line.strip().startswith(("east->west", "west->east"))]
+    assert rows[0][:3] == ["east->west", "cut", "(blackhole)"] and rows[1][:2] == ["west->east", "up"]
+    assert "…" not in buf.getvalue()
+    header = next(line for line in lines if "LINK" in line).split()
+    assert header[:3] == ["LINK", "STATE", "LATENCY"]
+    assert ("CONTROL" in header) == (width == 120)
