@@ -73,7 +73,7 @@ def print_fitted(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str
     line says which were left out. Piped output has every column (``print_table``).
     Returns the headers left out."""
     out = console()
-    width = out.width if out.is_terminal else max(out.width, 200)
+    width = out.width if out.is_terminal else None  # piped: every column, for grep and awk
     keep = list(range(len(columns)))
 
     def build(indices: list[int]) -> Table:
@@ -87,7 +87,7 @@ def print_fitted(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str
 
     probe = Console(width=10_000, file=io.StringIO(), color_system=None)
     t = build(keep)
-    while probe.measure(t).maximum > width:
+    while width is not None and probe.measure(t).maximum > width:
         droppable = [i for i in keep if columns[i][1] > 0]
         if not droppable:
             break
