@@ -226,6 +226,7 @@ class GeoBench:
                         "max_failover_s": max(times, default=None),
                         "median_command_s": round(median([r["command_s"] for r in runs]), 3),
                         "records_at_risk_reported": [r["records_at_risk_reported"] for r in runs],
+                        "records_at_risk_estimate": [r.get("records_at_risk_estimate") for r in runs],
                         "records_at_risk_true": [r["records_at_risk_true"] for r in runs],
                         "records_lost_acked_by_t0": [r["records_lost_acked_by_t0"] for r in runs]}
                 backs = [r["failback_s"] for r in runs if "failback_s" in r]

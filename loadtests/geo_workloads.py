@@ -383,6 +383,8 @@ def failover(lab: GeoLab, topic: str, *, rate: int, mode: str, steady_s: float, 
     line = {"rate": rate, "mode": mode, "failover_s": round(first["at"] - t0, 3) if "at" in first else None,
             "command_s": round(command.seconds, 3), "first_produce_attempts": first.get("attempts"),
             "records_at_risk_reported": command.report["records_at_risk"],
+            # the source silent: the last known rate x the seconds since it was heard (null: exact)
+            "records_at_risk_estimate": command.report.get("records_at_risk_estimate"),
             "records_at_risk_basis": sorted({p["basis"].split(" (")[0] for p in command.report["partitions"]}),
             # the truth: what the source holds past the promotion point (fail-back's .diverged)
             "records_at_risk_true": sum(max(0, e - promoted[p]) for p, e in source_ends.items()),

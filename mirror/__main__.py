@@ -12,6 +12,7 @@ import faulthandler
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -182,7 +183,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no mirror flow status under {data_dir} (is a mirror running? mq up starts one per flow)")
         return 1
     now = int(time.time() * 1000)
-    print("\n\n".join(describe(d, now_ms=now) for d in docs))
+    # On a terminal the tables fit its width (columns left out say so); piped, they are whole.
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print("\n\n".join(describe(d, now_ms=now, width=width) for d in docs))
     return 0
 
 

@@ -203,8 +203,8 @@ class Copier:
                 now, wall = self.clock.monotonic_ms(), self.clock.wall_ms()
                 for tp, epoch in sent.items():
                     pm = self.partitions.get(tp)
-                    if pm is not None:
-                        pm.on_fetch_error(epoch, exc.code, exc.message, now, wall)
+                    if pm is not None:  # no answer: the link or the source is down
+                        pm.on_fetch_error(epoch, exc.code, exc.message, now, wall, unanswered=True)
                 return
             self._on_fetch_response(response, sent)  # type: ignore[arg-type]
         finally:

@@ -122,11 +122,16 @@ async def _wait_caught_up(old: Admin, new: Admin, tps: list[TopicPartition], goa
 
 
 async def _save_diverged(old: Admin, fo: dict, flow: FlowConfig, tps: list[TopicPartition],
-                         say: Callable[[str], None]) -> dict[str, list[int]]:
-    """Copy [promotion point, old end) of each partition to <topic>.diverged; truncate there."""
+                         say: Callable[[str], None]) -> list[dict]:
+    """Copy [promotion point, old end) of each partition to <topic>.diverged; truncate there.
+    Returns one entry per partition of the failed-over topics, diverged or not."""
     promoted = fo["promotion_ends"]
     ends = await _ends(old, tps)
-    copied: dict[str, list[int]] = {}
+    saved = [{"topic": tp.topic, "partition": tp.partition, "from_offset": promoted[tp.topic][tp.partition],
+              "to_offset": max(ends[tp], promoted[tp.topic][tp.partition]),
+              "records": max(0, ends[tp] - promoted[tp.topic][tp.partition]),
+              "saved_to": f"{tp.topic}.diverged" if ends[tp] > promoted[tp.topic][tp.partition] else None}
+             for tp in sorted(tps)]
     for topic in sorted({tp.topic for tp in tps}):
         parts = [tp for tp in tps if tp.topic == topic]
         tails = {tp: (promoted[topic][tp.partition], ends[tp]) for tp in parts}
@@ -142,12 +147,21 @@ async def _save_diverged(old: Admin, fo: dict, flow: FlowConfig, tps: list[Topic
             if end > start:
                 await copy_range(old, tp, old, TopicPartition(diverged, tp.partition), start, end)
                 say(f"   {tp}: offsets [{start}, {end}) ({end - start} records) copied to {diverged}")
-                copied.setdefault(topic, []).append(end - start)
         await old.alter_configs(diverged, delete=[MIRROR_SOURCE_REGION])
     for tp, (start, end) in ((tp, (promoted[tp.topic][tp.partition], ends[tp])) for tp in tps):
         if end > start:
             await old.mirror_truncate(tp, start)
-    return copied
+    return saved
+
+
+def diverged_by_topic(saved: list[dict]) -> dict[str, list[int]]:
+    """The summary's ``diverged`` as it always was: per topic, the records saved of each
+    partition that had any, in partition order (``diverged_partitions`` names them)."""
+    out: dict[str, list[int]] = {}
+    for entry in saved:
+        if entry["records"] > 0:
+            out.setdefault(entry["topic"], []).append(entry["records"])
+    return out
 
 
 async def failback_flow(doc: dict, path: str, flow: FlowConfig, timeout_s: float,
@@ -173,7 +187,8 @@ async def failback_flow(doc: dict, path: str, flow: FlowConfig, timeout_s: float
             say(f"1. {old_r}: {', '.join(topics)} demoted (mirrors of {new_r}); producers in {old_r} "
                 f"are refused from now on")
             say(f"2. {old_r}: saving the records past the promotion point")
-            state["diverged"] = await _save_diverged(old, fo, flow, tps, say)
+            state["diverged_partitions"] = await _save_diverged(old, fo, flow, tps, say)
+            state["diverged"] = diverged_by_topic(state["diverged_partitions"])
             say(f"3. {old_r}: truncated at the promotion point")
             state["step"] = 3
             write_status(state_path, state)
@@ -205,6 +220,8 @@ async def failback_flow(doc: dict, path: str, flow: FlowConfig, timeout_s: float
     os.replace(fo_path, os.path.join(flow.state_dir, f"failover-{fo['promoted_ms']}.done.json"))
     os.remove(state_path)
     return {"flow": flow.name, "writer": old_r, "topics": topics, "diverged": state.get("diverged", {}),
+            # per topic-partition: [from_offset, to_offset) of the old primary saved to saved_to
+            "diverged_partitions": state.get("diverged_partitions", []),
             "ends": {str(tp): end for tp, end in sorted(final.items())}, "groups": sorted(synced),
             "reverse_flow": reverse.name, "resumed_pid": pid, "done_ms": done_ms}
 

@@ -11,8 +11,11 @@ For every flow into REGION, step by step (each step is printed):
    acknowledged in the source that REGION does not have); and a **final group offset sync**
    copies the groups' last commits (clamped to the mirrored end). When the source does not
    answer, the records at risk are the last known figures of the flow's status file (its
-   last source end minus the mirrored end), marked with their age: a lower bound, since
-   what the source acknowledged after the mirror's last fetch is unknown in REGION;
+   last source end minus the mirrored end), marked with their age: a **lower bound**, since
+   what the source acknowledged after the mirror's last fetch is unknown in REGION; beside
+   it an **estimate**: the lower bound + the source's last known produce rate (from the
+   mirror's consecutive source-end observations) x the seconds since it was last heard
+   (``mirror.source_rate``), per partition and in total;
 4. **promote**: ``mirror.source.region`` is deleted from each topic (``heartbeats`` stays a
    mirror: it belongs to the source's flow); producers in REGION succeed from now on;
 5. **record** the promotion point, each partition's end at promotion, in
@@ -44,6 +47,7 @@ from mirror.flow_config import (
 )
 from mirror.groups import flow_groups, sync_groups
 from mirror.procs import stop_flow
+from mirror.source_rate import lag_estimate
 from mirror.status import format_table, read_status, write_status
 from mirror.topics import HEARTBEATS_TOPIC, MIRROR_SOURCE_REGION
 from mq.client import Admin
@@ -61,8 +65,14 @@ class AtRisk:
     partition: int
     source_end: int | None
     mirrored_end: int
-    records: int | None
+    records: int | None  # exact (basis "source") or a lower bound (basis "last known ...")
     basis: str  # "source" (asked now), "last known (N s old)", or "unknown"
+    # The source not answering: what the lower bound rests on, and the estimate beside it.
+    records_kind: str = "exact"  # "exact", "lower bound" or "unknown"
+    records_estimate: int | None = None  # lower bound + rate x silence: an estimate, not a bound
+    source_rate_per_s: float | None = None  # the source's last known produce rate
+    source_seen_ms: int | None = None  # when the mirror last heard the source's end (wall ms)
+    source_silent_s: float | None = None  # seconds from then to this fail-over
 
 
 def flows_into(path: str, region: str) -> list[FlowConfig]:
@@ -99,11 +109,17 @@ def _last_known(flow: FlowConfig, mirrored: dict[TopicPartition, int], now_ms: i
         source_end = p.get("source_end")
         seen = p.get("source_seen_wall_ms") or doc.get("updated_ms")
         if source_end is None:
-            out.append(AtRisk(tp.topic, tp.partition, None, end, None, "unknown"))
+            out.append(AtRisk(tp.topic, tp.partition, None, end, None, "unknown", records_kind="unknown"))
             continue
         age = f"{(now_ms - seen) / 1000:.0f} s old" if seen else "age unknown"
-        out.append(AtRisk(tp.topic, tp.partition, source_end, end, max(0, source_end - end),
-                          f"last known ({age})"))
+        lower = max(0, source_end - end)
+        rate = p.get("source_rate_per_s")
+        silent_ms = max(0, now_ms - seen) if seen else None
+        out.append(AtRisk(tp.topic, tp.partition, source_end, end, lower, f"last known ({age})",
+                          records_kind="lower bound",
+                          records_estimate=lag_estimate(lower, rate, silent_ms) if silent_ms is not None else None,
+                          source_rate_per_s=rate, source_seen_ms=seen,
+                          source_silent_s=None if silent_ms is None else round(silent_ms / 1000, 3)))
     return out
 
 
@@ -123,7 +139,6 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
         ends = await target.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}) if tps else {}
         mirrored = {tp: info.offset for tp, info in ends.items()}
         say(f"2. mirrored ends read in {flow.target_region}: {len(tps)} partitions of {len(names)} topics")
-        now = int(time.time() * 1000)
         synced: dict = {}
         try:
             source_ends, synced = await _source_view(flow, tps, groups, mirrored, target)
@@ -132,9 +147,10 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
             say(f"3. source {flow.source_region} answered: records at risk counted exactly; "
                 f"final offset sync of {len(synced)} group(s)")
         except (MqError, TimeoutError, OSError) as exc:
-            at_risk = _last_known(flow, mirrored, now)
+            at_risk = _last_known(flow, mirrored, int(time.time() * 1000))  # the silence up to now
             say(f"3. source {flow.source_region} did not answer ({str(exc) or 'no answer within the probe timeout'}): records at risk "
-                f"are the last known figures; groups keep their last synced offsets")
+                f"are the last known figures (a lower bound) and an estimate; groups keep their last "
+                f"synced offsets")
         for name in names:
             await target.alter_configs(name, delete=[MIRROR_SOURCE_REGION])
         promoted_ms = int(time.time() * 1000)
@@ -153,28 +169,57 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
         # Exact when the source answered; otherwise a lower bound: records the source
         # acknowledged after the mirror's last fetch are unknown to everyone in this region.
         "records_at_risk_exact": all(r.basis == "source" for r in at_risk),
+        # ... and then an estimate of them too (null when exact, or a rate is unknown).
+        "records_at_risk_estimate": _total_estimate(at_risk),
         "groups": {g: {"offsets": group_offsets.get(g, {}),
                        "skipped": getattr(synced.get(g), "skipped", "")} for g in group_offsets},
     }
     write_status(f"{flow.state_dir}/{FAILOVER_STATE}", report)
     status = read_status(flow.status_path) or {"flow": flow.name, "source": flow.source_region,
                                                "target": flow.target_region, "partitions": []}
-    status.update(state="failed-over", updated_ms=promoted_ms,
-                  reason=f"{flow.target_region} promoted; {report['records_at_risk']} records at risk")
+    status.update(state="failed-over", updated_ms=promoted_ms, updated_at_ms=promoted_ms, error="",
+                  reason=f"{flow.target_region} promoted; {_at_risk_text(report)} records at risk")
     write_status(flow.status_path, status)
     say(f"5. promotion point recorded in {flow.state_dir}/{FAILOVER_STATE}")
     return report
 
 
+def _total_estimate(at_risk: list[AtRisk]) -> int | None:
+    if all(r.records_kind == "exact" for r in at_risk):
+        return None
+    parts = [r.records if r.records_kind == "exact" else r.records_estimate for r in at_risk]
+    return None if any(x is None for x in parts) else sum(parts)  # type: ignore[misc]
+
+
+def _at_risk_text(report: dict) -> str:
+    if report["records_at_risk_exact"]:
+        return str(report["records_at_risk"])
+    estimate = report.get("records_at_risk_estimate")
+    return f"at least {report['records_at_risk']}" + (f" (estimate ~{estimate})" if estimate is not None else "")
+
+
+def _risk_cell(p: dict) -> str:
+    if p["records"] is None:
+        return "-"
+    return str(p["records"]) if p.get("records_kind", "exact") == "exact" else f">={p['records']}"
+
+
 def print_report(report: dict) -> None:
-    rows = [[p["topic"], p["partition"], p["source_end"], p["mirrored_end"], p["records"], p["basis"]]
+    rows = [[p["topic"], p["partition"], p["source_end"], p["mirrored_end"], _risk_cell(p),
+             None if p.get("records_estimate") is None else f"~{p['records_estimate']}", p["basis"]]
             for p in report["partitions"]]
-    bound = "" if report["records_at_risk_exact"] else (
-        f" at least (the last figures seen: what {report['source']} acknowledged after the mirror's "
-        f"last fetch is not known here)")
     print(f"records at risk in flow {report['flow']} (acknowledged in {report['source']}, "
-          f"missing in {report['promoted_region']}): {report['records_at_risk']}{bound}")
-    print(format_table(("topic", "partition", "source end", "mirrored end", "at risk", "basis"), rows))
+          f"missing in {report['promoted_region']}): {_at_risk_text(report)}")
+    if not report["records_at_risk_exact"]:
+        rates = [p["source_rate_per_s"] for p in report["partitions"] if p.get("source_rate_per_s") is not None]
+        silent = [p["source_silent_s"] for p in report["partitions"] if p.get("source_silent_s") is not None]
+        print(f"  at least: the last figures the mirror saw; what {report['source']} acknowledged after "
+              f"its last fetch is not known here")
+        if rates and silent:
+            print(f"  estimate: that + {report['source']}'s last known produce rate ({sum(rates):g} rec/s) "
+                  f"x the seconds since it was last heard ({max(silent):.0f} s); an estimate, not a bound")
+    print(format_table(("TOPIC", "PARTITION", "SOURCE-END", "MIRRORED-END", "AT-RISK", "ESTIMATE", "BASIS"),
+                       rows))
     for group, g in sorted(report["groups"].items()):
         offsets = ", ".join(f"{tp}={o}" for tp, o in sorted(g["offsets"].items())) or "none"
         print(f"group {group} resumes in {report['promoted_region']} at: {offsets}"

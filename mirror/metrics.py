@@ -13,6 +13,10 @@ name                                        type     meaning
 ``mq_mirror_lag_seconds``                   gauge    age of the oldest record not yet mirrored
 ``mq_mirror_source_end_offset``             gauge    the source high watermark last seen
 ``mq_mirror_mirrored_end_offset``           gauge    the target's high watermark (mirrored end)
+``mq_mirror_source_unreachable``            gauge    1 while the source does not answer (lag is a lower bound)
+``mq_mirror_source_silent_seconds``         gauge    seconds since the source last answered a fetch
+``mq_mirror_source_produce_rate``           gauge    last known source produce rate, records/s
+``mq_mirror_lag_records_estimate``          gauge    source unreachable: lag + rate x silence (estimate)
 ``mq_mirror_partition_state``               gauge    1 for the partition's state (label ``state``)
 ``mq_mirror_records_total``                 counter  records appended to the target
 ``mq_mirror_bytes_total``                   counter  bytes of record batches appended
@@ -82,6 +86,10 @@ class FlowMetrics(Collector):
             "lag_seconds": GaugeMetricFamily("mq_mirror_lag_seconds", "Age of the oldest record not yet mirrored", labels=labels),
             "source_end": GaugeMetricFamily("mq_mirror_source_end_offset", "Source high watermark last seen", labels=labels),
             "mirrored_end": GaugeMetricFamily("mq_mirror_mirrored_end_offset", "Target high watermark (mirrored end)", labels=labels),
+            "source_unreachable": GaugeMetricFamily("mq_mirror_source_unreachable", "1 while the source does not answer the partition's fetches", labels=labels),
+            "source_silent_s": GaugeMetricFamily("mq_mirror_source_silent_seconds", "Seconds since the source last answered a fetch", labels=labels),
+            "source_rate_per_s": GaugeMetricFamily("mq_mirror_source_produce_rate", "Last known growth of the source high watermark, records per second", labels=labels),
+            "lag_records_estimate": GaugeMetricFamily("mq_mirror_lag_records_estimate", "While the source is unreachable: lag lower bound + produce rate x silence (an estimate)", labels=labels),
         }
         state = GaugeMetricFamily("mq_mirror_partition_state", "1 for the partition's current state",
                                   labels=[*labels, "state"])

@@ -47,6 +47,7 @@ from enum import Enum
 
 from mirror.batches import Chunk, CorruptFetch, Misaligned, batch_start, join_chunks, split_fetched
 from mirror.latency import LatencyWindow
+from mirror.source_rate import SourceEndHistory, lag_estimate
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
 
@@ -115,6 +116,12 @@ class PartitionStatus:
     gap_records: int
     gaps: tuple[tuple[int, int], ...]
     source_seen_wall_ms: int | None  # when the source last answered a fetch
+    # While the source is not heard (``mirror.source_rate``): ``lag_records`` is a lower
+    # bound as of ``source_seen_wall_ms``, and the estimate adds rate x silence.
+    source_unreachable: bool = False
+    source_silent_s: float | None = None
+    source_rate_per_s: float | None = None
+    lag_records_estimate: int | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -139,6 +146,8 @@ class PartitionMirror:
         self.source_end: int | None = None
         self.source_log_start: int | None = None
         self.source_seen_wall_ms: int | None = None
+        self.source_history = SourceEndHistory()
+        self.source_unreachable = False  # no answer from the source (not: an error answer)
         self.buffered: deque[Chunk] = deque()
         self.buffered_bytes = 0
         self.appending: Chunk | None = None
@@ -219,9 +228,7 @@ class PartitionMirror:
         if epoch != self.epoch or self.fetch_offset is None:
             return  # sent before a reset: stale
         self.fetching_since_ms = None
-        self.source_end = high_watermark
-        self.source_log_start = log_start_offset
-        self.source_seen_wall_ms = wall_ms
+        self._source_heard(high_watermark, log_start_offset, wall_ms)
         self.source_problem = None
         expected = self.fetch_offset
         if self.pending_start_offset >= 0:
@@ -254,17 +261,34 @@ class PartitionMirror:
         self.fetch_offset = found.next_offset
 
     def on_fetch_error(self, epoch: int, code: ErrorCode, message: str, now_ms: int, wall_ms: int,
-                       *, high_watermark: int = -1, log_start_offset: int = -1) -> None:
+                       *, high_watermark: int = -1, log_start_offset: int = -1,
+                       unanswered: bool = False) -> None:
+        """A fetch failed: with an error code in the source's answer, or (``unanswered``)
+        with no answer at all (connection refused or lost, request timed out)."""
         if epoch != self.epoch or self.fetch_offset is None:
             return
         self.fetching_since_ms = None
+        self.source_unreachable = unanswered
         if code == ErrorCode.OFFSET_OUT_OF_RANGE and log_start_offset >= 0:
-            self.source_end = high_watermark
-            self.source_log_start = log_start_offset
-            self.source_seen_wall_ms = wall_ms
+            self._source_heard(high_watermark, log_start_offset, wall_ms)
             self._out_of_range(log_start_offset, high_watermark, wall_ms)
             return
         self._source_failed(f"source fetch failed: {code.name}: {message}", now_ms)
+
+    def _source_heard(self, high_watermark: int, log_start_offset: int, wall_ms: int) -> None:
+        self.source_end = high_watermark
+        self.source_log_start = log_start_offset
+        self.source_seen_wall_ms = wall_ms
+        self.source_history.observe(wall_ms, high_watermark)
+        self.source_unreachable = False
+
+    def seed_source(self, *, source_end: int, seen_wall_ms: int | None, rate_per_s: float | None) -> None:
+        """What a previous mirror process last knew of the source (its status file), kept
+        while this one has not heard the source yet."""
+        if self.source_end is None:
+            self.source_end = source_end
+            self.source_seen_wall_ms = seen_wall_ms
+            self.source_history.seed(rate_per_s)
 
     def _source_failed(self, reason: str, now_ms: int) -> None:
         self.source_problem = reason
@@ -396,6 +420,7 @@ class PartitionMirror:
     def tick(self, now_ms: int) -> None:
         """Say ``stalled`` when a fetch or an append has been waiting too long."""
         if self.fetching_since_ms is not None and now_ms - self.fetching_since_ms > self.stall_timeout_ms:
+            self.source_unreachable = True
             self.source_problem = (f"no answer from the source for {now_ms - self.fetching_since_ms} ms "
                                    f"(link down or source leader unreachable)")
         if self.append_sent_ms is not None and now_ms - self.append_sent_ms > self.stall_timeout_ms:
@@ -411,7 +436,8 @@ class PartitionMirror:
         fetched; otherwise at most the age of the newest mirrored batch."""
         lag = self.lag_records()
         if lag == 0:
-            return 0.0
+            # Nothing known to be unmirrored; unknown while the source is not heard.
+            return None if self.source_unreachable else 0.0
         oldest = self.appending or (self.buffered[0] if self.buffered else None)
         if oldest is not None:
             return max(0.0, (wall_ms - oldest.first_timestamp) / 1000)
@@ -420,9 +446,16 @@ class PartitionMirror:
         return None
 
     def status(self, wall_ms: int) -> PartitionStatus:
+        seen = self.source_seen_wall_ms
+        silent_ms = max(0, wall_ms - seen) if seen is not None else None
+        rate = self.source_history.rate_per_s()
+        estimate = lag_estimate(self.lag_records(), rate, silent_ms or 0) \
+            if self.source_unreachable and silent_ms is not None else None
         return PartitionStatus(
             self.tp.topic, self.tp.partition, self.state, self.reason, self.source_end,
             self.source_log_start, self.mirrored_end, self.lag_records(), self.lag_seconds(wall_ms),
             self.latency.percentile(0.5, wall_ms), self.latency.percentile(0.99, wall_ms),
             self.records_mirrored, self.bytes_mirrored, self.gap_records,
-            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms)
+            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms,
+            self.source_unreachable, None if silent_ms is None else round(silent_ms / 1000, 3),
+            None if rate is None else round(rate, 1), estimate)

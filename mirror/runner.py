@@ -28,7 +28,7 @@ from mirror.flow_config import FlowConfig
 from mirror.groups import flow_groups, sync_groups
 from mirror.heartbeats import Heartbeats
 from mirror.metrics import FlowMetrics
-from mirror.partition import PartitionState
+from mirror.partition import PartitionState, PartitionStatus
 from mirror.status import flow_state, read_status, write_status
 from mirror.topics import HEARTBEATS_TOPIC
 from mq.client import Admin, Producer
@@ -67,7 +67,7 @@ class FlowRunner:
         self.groups: dict[str, dict] = {}
         self.problems: dict[str, str] = {}  # "source", "target", "groups": the last failure of each
         self.started_ms = self.clock.wall_ms()
-        self._last_source_ends: dict[TopicPartition, int] = {}
+        self._last_known: dict[TopicPartition, dict] = {}
         self.metrics_address = ""
         self.state = "starting"
 
@@ -134,10 +134,11 @@ class FlowRunner:
             pass
 
     def _seed_from_last_status(self) -> None:
-        """Keep the last known source ends across a restart while the source is unreachable."""
+        """Keep what was last known of the source (its ends, when they were seen, its
+        produce rate) across a restart while the source is unreachable."""
         last = read_status(self.flow.status_path) or {}
-        self._last_source_ends = {TopicPartition(p["topic"], p["partition"]): p.get("source_end")
-                                  for p in last.get("partitions", []) if p.get("source_end") is not None}
+        self._last_known = {TopicPartition(p["topic"], p["partition"]): p
+                            for p in last.get("partitions", []) if p.get("source_end") is not None}
 
     # ------------------------------------------------------------------ steps
 
@@ -159,8 +160,10 @@ class FlowRunner:
     def _set_partitions(self, tps: list[TopicPartition]) -> None:
         self.copier.set_partitions(tps)
         for tp, pm in self.copier.partitions.items():
-            if pm.source_end is None and self._last_source_ends.get(tp) is not None:
-                pm.source_end = self._last_source_ends[tp]
+            known = self._last_known.get(tp)
+            if known is not None:
+                pm.seed_source(source_end=known["source_end"], seen_wall_ms=known.get("source_seen_wall_ms"),
+                               rate_per_s=known.get("source_rate_per_s"))
 
     async def _sync_groups(self) -> None:
         ends = self.copier.mirrored_ends()
@@ -191,6 +194,11 @@ class FlowRunner:
             reason = f"source region {self.flow.source_region} unreachable: {self.problems['source']}"
         elif not snapshot and state != "stopped":
             state = "starting"
+        unheard = _unheard_summary(snapshot, wall, "source" in self.problems)
+        silent = next((p for p in snapshot if p.source_unreachable), None)
+        if silent is not None and not reason and state == "stalled":
+            reason = (f"source region {self.flow.source_region} unreachable: "
+                      f"{silent.topic}-{silent.partition}: {silent.reason}")
         hb = next((p for p in snapshot if p.topic == HEARTBEATS_TOPIC), None)
         plan = self.discovery.plan
         lags = [p.lag_seconds for p in snapshot if p.lag_seconds is not None]
@@ -204,6 +212,7 @@ class FlowRunner:
             "lag_records": sum(p.lag_records or 0 for p in snapshot),
             "lag_ms": int(max(lags) * 1000) if lags else None,
             "replication_latency_p99_ms": max(p99s) if p99s else None,
+            **unheard,
             "started_ms": self.started_ms, "metrics": self.metrics_address,
             "topics": dict(plan.mirrored), "problems": dict(plan.problems), "skipped": dict(plan.skipped),
             "errors": dict(self.problems),
@@ -222,3 +231,26 @@ class FlowRunner:
             },
             "partitions": [p.to_json() for p in snapshot],
         }
+
+
+def _unheard_summary(snapshot: list[PartitionStatus], wall_ms: int, discovery_failing: bool) -> dict:
+    """The flow's view of a source it cannot hear (``mirror.source_rate``): while any
+    partition's source is unreachable, ``lag_records`` is a lower bound as of
+    ``lag_as_of_ms`` (the oldest last answer among the partitions), and the estimate adds
+    each partition's last known produce rate x its silence."""
+    seen = [p.source_seen_wall_ms for p in snapshot if p.source_seen_wall_ms is not None]
+    unreachable = discovery_failing or any(p.source_unreachable for p in snapshot)
+    rates = [p.source_rate_per_s for p in snapshot if p.source_rate_per_s is not None]
+    estimate = None
+    if unreachable and snapshot:
+        parts = [p.lag_records_estimate if p.source_unreachable else p.lag_records for p in snapshot]
+        estimate = sum(parts) if all(x is not None for x in parts) else None  # type: ignore[misc]
+    return {
+        "source_unreachable": unreachable,
+        "source_heard_at_ms": max(seen) if seen else None,
+        "source_silent_s": round(max(0, wall_ms - max(seen)) / 1000, 3) if seen else None,
+        "lag_records_lower_bound": unreachable,
+        "lag_as_of_ms": min(seen) if seen else None,
+        "source_rate_per_s": round(sum(rates), 1) if rates else None,
+        "lag_records_estimate": estimate,
+    }

@@ -4,6 +4,8 @@
   Kafka's and rpk's tools (``LOG-END-OFFSET``: upper case, words joined by dashes; callers
   may write ``"log end offset"``), ``-`` for an empty cell (``cell``), plain rows that never
   wrap when piped (``print_table``).
+- Tables too wide for the terminal: ``print_fitted`` leaves out whole columns, least
+  important first, and says which, rather than wrapping cells into a tangle.
 - JSON: ``--json`` prints one document with ``print_json``; its shape is documented, field
   by field, in docs/reference/json-output.md (``mq.cli.schemas``, checked by the tests).
 - Sizes for humans: ``human_bytes``.
@@ -11,7 +13,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -59,6 +63,43 @@ def print_table(t: Table) -> None:
     else:
         wide = Console(highlight=False, width=max(out.width, 200), color_system=None)
         wide.print(t)
+
+
+def print_fitted(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]], *,
+                 title: str | None = None) -> list[str]:
+    """A table whose cells never wrap: ``columns`` are (name, priority), 0 for columns
+    always shown; when the rows are wider than the terminal, the columns of the highest
+    priority number go first (the rightmost of equals first) until the rest fit, and a
+    line says which were left out. Piped output has every column (``print_table``).
+    Returns the headers left out."""
+    out = console()
+    width = out.width if out.is_terminal else None  # piped: every column, for grep and awk
+    keep = list(range(len(columns)))
+
+    def build(indices: list[int]) -> Table:
+        t = table(*(columns[i][0] for i in indices), title=title)
+        for column in t.columns:
+            column.no_wrap = True
+            column.overflow = "ellipsis"
+        for row in rows:
+            t.add_row(*(row[i] for i in indices))
+        return t
+
+    probe = Console(width=10_000, file=io.StringIO(), color_system=None)
+    t = build(keep)
+    while width is not None and probe.measure(t).maximum > width:
+        droppable = [i for i in keep if columns[i][1] > 0]
+        if not droppable:
+            break
+        worst = max(droppable, key=lambda i: (columns[i][1], i))
+        keep.remove(worst)
+        t = build(keep)
+    print_table(t)
+    dropped = [header(columns[i][0]) for i in range(len(columns)) if i not in keep]
+    if dropped:
+        out.print(f"({', '.join(dropped)} left out to fit {width} columns; `--json` has every field)",
+                  markup=False, soft_wrap=False)
+    return dropped
 
 
 def print_json(doc: Any) -> None:

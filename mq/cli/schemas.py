@@ -11,52 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
-Schema = dict[str, Any]
-
-
-def _t(kind: str | list[str], description: str, **extra: Any) -> Schema:
-    return {"type": kind, "description": description, **extra}
-
-
-def INT(d: str) -> Schema:
-    return _t("integer", d)
-
-
-def STR(d: str, **extra: Any) -> Schema:
-    return _t("string", d, **extra)
-
-
-def BOOL(d: str) -> Schema:
-    return _t("boolean", d)
-
-
-def nullable(schema: Schema, when: str) -> Schema:
-    kind = schema.get("type")
-    out = dict(schema, description=f"{schema['description']}; null: {when}")
-    if kind is not None:
-        out["type"] = [kind, "null"] if isinstance(kind, str) else [*kind, "null"]
-    else:
-        out["oneOf"] = [*schema["oneOf"], {"type": "null"}]
-    return out
-
-
-def obj(description: str, optional: tuple[str, ...] = (), **properties: Schema) -> Schema:
-    return {"type": "object", "description": description, "properties": properties,
-            "required": [k for k in properties if k not in optional], "additionalProperties": False}
-
-
-def arr(items: Schema, description: str) -> Schema:
-    return {"type": "array", "description": description, "items": items}
-
-
-def BYTES(d: str) -> Schema:
-    return {"description": f"{d}: a string if the bytes are UTF-8, else {{\"base64\": \"...\"}}",
-            "oneOf": [{"type": "string"},
-                      {"type": "object", "properties": {"base64": {"type": "string"}}, "required": ["base64"],
-                       "additionalProperties": False}]}
-
+from mq.cli.schema_kit import BOOL, BYTES, INT, NUM, STR, Schema, _t, arr, nullable, obj
+from mq.cli.schemas_mirror import MIRROR_FAILBACK, MIRROR_FAILOVER, MIRROR_STATUS
 
 IDS = arr({"type": "integer"}, "broker ids")
 HEADERS = arr({"type": "array", "prefixItems": [{"type": "string"}, BYTES("header value")], "minItems": 2,
@@ -114,10 +71,6 @@ GROUP_RESET = obj(
 RECORDS_DELETE = arr(obj("a partition", topic=STR("topic"), partition=PARTITION,
                          log_start_offset=INT("the new log start offset")), "by topic and partition")
 
-def NUM(d: str) -> Schema:
-    return _t("number", d)
-
-
 _STATUS_BROKER = obj(
     "a broker process", name=STR("broker-N"), region=STR("its region"), node_id=INT("node id"),
     pid=nullable(INT("process id"), "never started"), alive=BOOL("process alive"),
@@ -164,8 +117,8 @@ _STATUS_FLOW = obj(
                          started_at_ms=nullable(INT("start time, epoch ms"), "not running")), "not recorded"),
     mirror_installed=BOOL("the mirror service (python -m mirror) is installed"),
     status_file=STR("where the mirror writes its status"),
-    mirror_status=nullable({"type": "object", "description": "the mirror's own status.json, as it wrote it"},
-                           "no status file"))
+    mirror_status=nullable({"type": "object", "description": "the mirror's own status.json, as it wrote it "
+                            "(fields: `mq mirror status --json` below)"}, "no status file"))
 STATUS = obj(
     "what `mq up` started here: regions, links, mirror flows; with one region (or none) its fields also at the "
     "top, as before regions",
@@ -228,6 +181,9 @@ OUTPUTS: tuple[Output, ...] = (
     Output("mq consume TOPIC --format json", CONSUME_RECORD, lines=True),
     Output("mq produce TOPIC --report FILE", PRODUCE_REPORT, lines=True),
     Output("mq dump-log FILE --json", DUMP_LOG, lines=True),
+    Output("mq mirror status --flow NAME --json", MIRROR_STATUS),
+    Output("mq mirror failover --to REGION --json", MIRROR_FAILOVER),
+    Output("mq mirror failback --to REGION --json", MIRROR_FAILBACK),
 )
 
 
@@ -290,6 +246,9 @@ def _rows(schema: Schema, path: str) -> list[tuple[str, str, str]]:
             note = "" if name in required else " (only when present)"
             rows.append((where, _type_of(sub), sub.get("description", "") + note))
             rows += _rows(sub, where)
+    values = target.get("additionalProperties")
+    if isinstance(values, dict) and "properties" in values:  # a map: name -> object
+        rows += _rows(values, f"{path}.<key>")
     return rows
 
 

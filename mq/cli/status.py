@@ -20,7 +20,7 @@ import os
 import time
 
 from mq.cli.common import CliError
-from mq.cli.output import cell, console, human_bytes, print_json, print_table, table
+from mq.cli.output import cell, console, human_bytes, print_fitted, print_json
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -111,15 +111,25 @@ def _broker_json(b, view) -> dict:
     return doc
 
 
+# Each table's (header, priority): 0 always shown; on a terminal too narrow for the whole
+# table, the highest numbers are left out first (``print_fitted`` says which).
+BROKER_COLUMNS = (("broker", 0), ("pid", 1), ("alive", 0), ("fenced", 1), ("endpoint", 0), ("metrics", 3),
+                  ("topics", 2), ("partitions", 2), ("log size", 2))
+PARTITION_COLUMNS = (("topic", 0), ("partition", 0), ("leader", 0), ("leader epoch", 2), ("replicas", 1),
+                     ("isr", 0), ("high watermark", 0), ("under-replicated", 0))
+LINK_COLUMNS = (("link", 0), ("state", 0), ("latency", 1), ("jitter", 2), ("bandwidth", 2), ("loss", 2),
+                ("connections", 3), ("carried", 3), ("control", 4))
+
+
 def _print_region(d: dict) -> None:
     view = d["view"]
-    t = table("broker", "pid", "alive", "fenced", "endpoint", "metrics", "topics", "partitions", "log size")
+    rows = []
     for b in d["brokers"]:
         alive = ("[green]yes[/]" if b.answering else "[yellow]paused[/]" if b.paused
                  else "[yellow]starting[/]" if b.alive else "[red]no[/]")
-        t.add_row(b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
-                  b.spec.metrics_endpoint, cell(b.topics), cell(b.partitions), human_bytes(b.log_bytes))
-    print_table(t)
+        rows.append([b.spec.name, str(b.pid or "-"), alive, _fenced_cell(b.spec.node_id, view), b.spec.listen,
+                     b.spec.metrics_endpoint, cell(b.topics), cell(b.partitions), human_bytes(b.log_bytes)])
+    print_fitted(BROKER_COLUMNS, rows)
     if any(b.alive for b in d["brokers"]):
         _print_cluster(view, d["live"])
 
@@ -148,14 +158,13 @@ def _print_cluster(view, live) -> None:
     if not view.partitions:
         out.print("partitions: none (create a topic with `mq topic create`)")
         return
-    t = table("topic", "partition", "leader", "leader epoch", "replicas", "isr", "high watermark",
-              "under-replicated", title="partitions")
+    rows = []
     for p in view.partitions:
         leader = "[red]none[/]" if p.offline else str(p.leader)
-        t.add_row(p.topic, str(p.partition), leader, str(p.leader_epoch), cell(p.replicas), cell(p.isr),
-                  "-" if p.high_watermark is None else str(p.high_watermark),
-                  "[red]yes[/]" if p.under_replicated else "no")
-    print_table(t)
+        rows.append([p.topic, str(p.partition), leader, str(p.leader_epoch), cell(p.replicas), cell(p.isr),
+                     "-" if p.high_watermark is None else str(p.high_watermark),
+                     "[red]yes[/]" if p.under_replicated else "no"])
+    print_fitted(PARTITION_COLUMNS, rows, title="partitions")
 
 
 # ---------------------------------------------------------------------- links and flows
@@ -171,8 +180,7 @@ def _links(data_dir: str, deployment) -> list[dict]:
 
 
 def _print_links(links: list[dict]) -> None:
-    t = table("link", "state", "latency", "jitter", "bandwidth", "loss", "connections", "carried",
-              "control", title="links")
+    rows = []
     for x in links:
         state = {"up": "[green]up[/]", "cut": f"[red]cut ({x['cut_mode']})[/]",
                  "down": "[red]process down[/]"}.get(x["state"], x["state"])
@@ -180,9 +188,9 @@ def _print_links(links: list[dict]) -> None:
             state = f"[yellow]stalled {x['stall_left_ms'] / 1000:.1f} s[/]"
         bandwidth = "unlimited" if x["bandwidth_mbit"] is None else f"{x['bandwidth_mbit']:g} Mbit/s"
         loss = f"{x['loss'] * 100:g}%"
-        t.add_row(x["name"], state, f"{x['latency_ms']:g} ms", f"±{x['jitter_ms']:g} ms", bandwidth, loss,
-                  cell(x["connections"]), human_bytes(x["bytes"]), x["control"])
-    print_table(t)
+        rows.append([x["name"], state, f"{x['latency_ms']:g} ms", f"±{x['jitter_ms']:g} ms", bandwidth, loss,
+                     cell(x["connections"]), human_bytes(x["bytes"]), x["control"]])
+    print_fitted(LINK_COLUMNS, rows, title="links")
 
 
 def _flows(launcher, deployment) -> list[dict]:
@@ -209,23 +217,97 @@ def _read_json(path: str) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _print_flows(flows: list[dict]) -> None:
-    t = table("flow", "from", "to", "mode", "mirror", "state", "lag (records)", "lag", "latency p99", "updated",
-              title="mirror flows")
-    now_ms = time.time() * 1000
+STOPPED_STATES = ("stopped", "failed-over")
+FLOW_COLUMNS = (  # (header, priority): 0 always shown, higher numbers left out first on narrow terminals
+    ("flow", 0), ("route", 2), ("mode", 4), ("mirror", 1), ("state", 0), ("lag", 0),
+    ("lag estimate", 1), ("lag time", 3), ("source heard", 1), ("latency p99", 3), ("updated", 2))
+
+
+def flow_rows(flows: list[dict], now_ms: float) -> tuple[list[list[str]], list[str]]:
+    """The flows table's rows (``FLOW_COLUMNS``) and the lines printed under it: why a
+    flow is not running and, while its source is not heard, what is known and since when."""
+    rows, notes = [], []
     for f in flows:
         proc = f["process"] or {}
         mirror = (f"[green]pid {proc['pid']}[/]" if proc.get("alive") else "[yellow]not running[/]"
                   if f["mirror_installed"] else "[yellow]not installed[/]")
         s = f["mirror_status"] or {}
-        updated = s.get("updated_at_ms")
-        age = f"{max(0.0, now_ms - updated) / 1000:.0f} s ago" if isinstance(updated, (int, float)) else "-"
         state = str(s.get("state", "-"))
-        if s.get("error"):
-            state = f"[red]{state}: {s['error']}[/]"
-        t.add_row(f["name"], f["source"], f["target"], f["mode"], mirror, state, cell(s.get("lag_records")),
-                  _ms(s.get("lag_ms")), _ms(s.get("replication_latency_p99_ms")), age)
-    print_table(t)
+        colour = {"running": "green", "stalled": "red", "blocked": "red"}.get(state, "yellow")
+        unheard = bool(s.get("source_unreachable"))
+        lag = cell(s.get("lag_records"))
+        if unheard and lag != "-":
+            lag = f">={lag}"
+        at = s.get("updated_at_ms", now_ms) if state in STOPPED_STATES else now_ms
+        estimate = estimate_at(s, at)
+        rows.append([f["name"], f"{f['source']}->{f['target']}", f["mode"], mirror, f"[{colour}]{state}[/]", lag,
+                     f"~{estimate}" if unheard and estimate is not None else "-", _ms(s.get("lag_ms")),
+                     _ago(s.get("source_heard_at_ms"), now_ms), _ms(s.get("replication_latency_p99_ms")),
+                     _ago(s.get("updated_at_ms"), now_ms)])
+        if s.get("error") or (state in STOPPED_STATES and s.get("reason")):
+            notes.append(f"{f['name']}: {state}: {s.get('error') or s['reason']}")
+        if unheard:
+            # A flow that no longer runs: what it knew when it stopped, not extrapolated to now.
+            when = f"when the flow stopped ({_clock(at)}): " if state in STOPPED_STATES else ""
+            notes.append(f"{f['name']}: {when}{unheard_line(s, f['source'], at)}")
+    return rows, notes
+
+
+def estimate_at(s: dict, at_ms: float) -> int | None:
+    """The flow's lag estimate at ``at_ms`` from its partitions (each silent one: its lower
+    bound + its last known rate x its silence; the others: their lag), as the mirror
+    computes it (the file's figure is as of its writing). None when the source is heard."""
+    if not s.get("source_unreachable"):
+        return None
+    parts = s.get("partitions") or []
+    if not parts:
+        return s.get("lag_records_estimate")
+    total = 0
+    for p in parts:
+        lag = p.get("lag_records")
+        if lag is None:
+            return None
+        if p.get("source_unreachable"):
+            rate, seen = p.get("source_rate_per_s"), p.get("source_seen_wall_ms")
+            if rate is None or seen is None:
+                return None
+            lag += round(rate * max(0.0, at_ms - seen) / 1000)
+        total += lag
+    return total
+
+
+def unheard_line(s: dict, source: str, at_ms: float) -> str:
+    """What a flow knows while its source is not heard: lower bound, as of when, estimate."""
+    heard, as_of = s.get("source_heard_at_ms"), s.get("lag_as_of_ms")
+    silent = max(0.0, at_ms - heard) / 1000 if isinstance(heard, (int, float)) else None
+    text = (f"source {source} not heard for {silent:.0f} s (last answer at {_clock(heard)})"
+            if silent is not None else f"source {source} never heard")
+    if s.get("lag_records") is not None:
+        text += (f"; lag >= {s['lag_records']} records as of {_clock(as_of)} (a lower bound: "
+                 f"{source} may have taken more since)")
+    rate, estimate = s.get("source_rate_per_s"), estimate_at(s, at_ms)
+    if estimate is not None and rate is not None and silent is not None:
+        text += f"; estimate ~{estimate} records (last known rate {rate:g} rec/s x {silent:.0f} s)"
+    else:
+        text += "; no estimate (the produce rate was not measured before the source went silent)"
+    return text
+
+
+def _print_flows(flows: list[dict]) -> None:
+    rows, notes = flow_rows(flows, time.time() * 1000)
+    print_fitted(FLOW_COLUMNS, rows, title="mirror flows")
+    out = console()
+    for line in notes:  # on a terminal, words wrap at its width; piped, one line each
+        out.print(line, markup=False, soft_wrap=not out.is_terminal)
+
+
+def _ago(ms, now_ms: float) -> str:
+    return f"{max(0.0, now_ms - ms) / 1000:.0f} s ago" if isinstance(ms, (int, float)) and not isinstance(ms, bool) \
+        else "-"
+
+
+def _clock(ms) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) if isinstance(ms, (int, float)) else "unknown"
 
 
 def _ms(value) -> str:

@@ -12,6 +12,9 @@ import os
 import signal
 import time
 
+import jsonschema
+
+from mq.cli import schemas
 from mq.client import blocking
 from mq.core.types import TopicPartition
 from mq.deploy.shaping import LinkSettings
@@ -83,12 +86,15 @@ def test_failover_reports_the_records_at_risk_exactly_and_groups_resume_at_synce
     result = run_cli("failover", "--cluster", cluster, "--to", "west", "--group", "billing", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(schemas.schema_of("mq mirror failover").schema).validate(report)
     rows = {(p["topic"], p["partition"]): p for p in report["partitions"]}
     for tp in TPS:
         row = rows[(tp.topic, tp.partition)]
         assert (row["source_end"], row["mirrored_end"], row["basis"]) == (east_ends[tp], west_ends[tp], "source")
         assert row["records"] == east_ends[tp] - west_ends[tp]
+        assert row["records_kind"] == "exact" and row["records_estimate"] is None  # no estimate beside an exact figure
     assert report["records_at_risk"] == 300 and report["records_at_risk_exact"]
+    assert report["records_at_risk_estimate"] is None
     assert "stopped" in result.stderr or "not running" in result.stderr  # step 1 printed
 
     # The final sync copied the last commits, clamped to what west has.
@@ -125,6 +131,10 @@ def test_failover_with_the_source_unreachable_reports_the_last_known_figures(reg
             assert row["basis"].startswith("last known")
             assert (row["source_end"], row["mirrored_end"]) == (east_ends[tp], west_ends[tp])
             assert row["records"] == east_ends[tp] - west_ends[tp]
+            assert row["records_kind"] == "lower bound"
+            # East took no writes while the mirror watched it: a rate of 0, so the estimate
+            # is the lower bound (or none, if the mirror saw east too briefly to measure it).
+            assert row["records_estimate"] in (None, row["records"]), row
         # Nothing was produced after the mirror's last fetch, so the last known figures are exact.
         assert report["records_at_risk"] == sum(east_ends.values()) - sum(west_ends.values()) > 0
         assert not report["records_at_risk_exact"]  # a lower bound in general (exact here: nothing written since)

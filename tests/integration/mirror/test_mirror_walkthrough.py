@@ -92,7 +92,19 @@ def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
 
         assert run_mq("link", "cut", "east", "west", env=env, cwd=tmp_path).returncode == 0
         assert shell("seq 1 500 | mq produce orders --region east --acks all", env, tmp_path).returncode == 0
-        wait_for(lambda: mirror_status(env, tmp_path).get("state") == "stalled", 30, "the flow to stall")
+        wait_for(lambda: (d := mirror_status(env, tmp_path)).get("state") == "stalled" and d.get("source_unreachable"),
+                 30, "the flow to stall, east unreachable")
+        # What the operator sees: not "lag 0", but a lower bound as of the last answer, the
+        # seconds since, and an estimate (issue 10, the cut-link status).
+        status_doc = json.loads(run_mq("status", "--json", env=env, cwd=tmp_path).stdout)
+        [flow] = status_doc["flows"]
+        assert flow["mirror_status"]["source_unreachable"] and flow["mirror_status"]["lag_records_lower_bound"]
+        status_text = run_mq("status", env=env, cwd=tmp_path).stdout.decode()
+        flow_row = next(line for line in status_text.splitlines() if line.strip().startswith("east-to-west"))
+        assert "stalled" in flow_row and ">=" in flow_row, status_text
+        assert "east-to-west: source east not heard for" in status_text and "a lower bound" in status_text
+        mirror_text = run_mq("mirror", "status", env=env, cwd=tmp_path).stdout.decode()
+        assert "source east not heard for" in mirror_text and ">=" in mirror_text, mirror_text
         started = time.monotonic()
         failover = run_mq("mirror", "failover", "--to", "west", "--group", "billing", "--json",
                           env=env, cwd=tmp_path, timeout=60)
