@@ -125,6 +125,7 @@ def _last_known(flow: FlowConfig, mirrored: dict[TopicPartition, int], now_ms: i
 
 async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str],
                         say: Callable[[str], None]) -> dict:
+    started_ms = int(time.time() * 1000)  # the estimate's silence ends here, not after our own probe
     pid, stopped = stop_flow(flow.state_dir)
     say(f"1. flow {flow.name}: mirror process {pid or '-'} {stopped}")
     async with Admin(flow.target_bootstrap, client_id=f"mirror-failover-{flow.name}") as target:
@@ -147,7 +148,7 @@ async def failover_flow(flow: FlowConfig, *, groups: list[str], topics: list[str
             say(f"3. source {flow.source_region} answered: records at risk counted exactly; "
                 f"final offset sync of {len(synced)} group(s)")
         except (MqError, TimeoutError, OSError) as exc:
-            at_risk = _last_known(flow, mirrored, int(time.time() * 1000))  # the silence up to now
+            at_risk = _last_known(flow, mirrored, started_ms)
             say(f"3. source {flow.source_region} did not answer ({str(exc) or 'no answer within the probe timeout'}): records at risk "
                 f"are the last known figures (a lower bound) and an estimate; groups keep their last "
                 f"synced offsets")
