@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from mq.core.conflict import (
@@ -201,9 +202,10 @@ class TopicConfig:
                 or self.conflict_home_map:
             check_rules(self.conflict_rules)
 
-    @property
+    @cached_property
     def conflict_rules(self) -> ConflictRules:
-        """``conflict.*`` parsed (the values were validated when the config was built)."""
+        """``conflict.*`` parsed (the values were validated when the config was built);
+        computed once per config (the broker asks on every produce to the topic)."""
         return ConflictRules(self.conflict_policy, parse_regions(self.conflict_home_regions),
                              parse_home_map(self.conflict_home_map))
 

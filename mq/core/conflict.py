@@ -38,6 +38,7 @@ ORIGIN_REGION_HEADER = "mq.origin.region"
 topic (``<source region>.<topic>``): the region where the record was first produced."""
 
 _REGION = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_KEY_SHOWN = 40
 
 
 class ConflictPolicy(str, Enum):
@@ -129,6 +130,19 @@ def home_region(key: bytes, regions: Sequence[str],
     if not regions:
         raise ValueError("no home regions to hash the key over")
     return regions[to_positive(murmur2(key)) % len(regions)]
+
+
+def shown_key(key: bytes) -> str:
+    """A key as an error message shows it: UTF-8 text (escaped where it is not), cut at 40."""
+    text = key[:_KEY_SHOWN].decode("utf-8", errors="backslashreplace")
+    return repr(text + ("..." if len(key) > _KEY_SHOWN else ""))
+
+
+def not_home_message(key: bytes, topic: str, home: str, here: str) -> str:
+    """The words of ``NOT_HOME_REGION``, the same from a broker and from a client."""
+    return (f"key {shown_key(key)} of topic {topic} lives in region {home} (conflict.policy=home-region), "
+            f"not {here or 'this region'}: produce there, or let the client route keys to their home "
+            "(Producer(home_bootstraps=...), mq produce --route-home)")
 
 
 Version = tuple[Hlc, str]

@@ -1,0 +1,147 @@
+"""Conflict policies against real broker processes: two one-broker regions (east, west,
+``region.name`` set as `mq up` sets it). Bad conflict configs are refused at create and
+alter with nothing written; a key produced outside its home region is refused by the broker
+(NOT_HOME_REGION, nothing of the batch appended) or routed home by the producer; keyed
+records of a last-writer-wins topic are stamped by the producer, and a missing or malformed
+stamp is refused (INVALID_HLC)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from mq.client import Admin, Consumer, Producer
+from mq.core.clock import SystemClock
+from mq.core.conflict import home_region
+from mq.core.errors import ErrorCode, MqError
+from mq.core.hlc import decode_hlc
+from mq.core.types import TopicPartition
+from mq.protocol.record_batch import build_batch
+from tests.integration.broker.raw import RawClient
+from tests.integration.conftest import BrokerProcess, free_port
+
+REGIONS = ("east", "west")
+HOME = {"conflict.policy": "home-region", "conflict.home.regions": "east,west"}
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, BrokerProcess]]:
+    procs = {name: BrokerProcess(tmp_path_factory.mktemp(name) / "broker-1", free_port(),
+                                 configs={"region.name": name}) for name in REGIONS}
+    try:
+        for proc in procs.values():
+            proc.start()
+        yield procs
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def keys_of(region: str, n: int) -> list[bytes]:
+    return [k for k in (f"key-{i}".encode() for i in range(20 * n)) if home_region(k, REGIONS) == region][:n]
+
+
+async def read_all(bootstrap: str, topic: str, expected: int, *, partitions: int = 1) -> list:
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        records: list = []
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(records) < expected and asyncio.get_running_loop().time() < deadline:
+            records += await consumer.poll(timeout_ms=200)
+        records += await consumer.poll(timeout_ms=200)  # nothing more than expected
+        return records
+
+
+async def test_bad_conflict_configs_are_refused_and_nothing_is_written(regions) -> None:
+    async with Admin(regions["east"].bootstrap) as admin:
+        for configs, words in [
+            ({"conflict.policy": "lww"}, "must be one of none, home-region, last-writer-wins"),
+            ({"conflict.policy": "home-region"}, "needs conflict.home.regions"),
+            ({**HOME, "conflict.home.map": "eu-:north"},
+             "region 'north', which conflict.home.regions=east,west does not name"),
+        ]:
+            with pytest.raises(MqError) as info:
+                await admin.create_topic("refused", configs=configs)
+            assert info.value.code is ErrorCode.INVALID_CONFIG and words in info.value.message
+        assert "refused" not in await admin.list_topics()
+        await admin.create_topic("altered", configs=HOME)
+        with pytest.raises(MqError, match="region 'south'"):
+            await admin.alter_configs("altered", {"conflict.home.map": "s-:south"})
+        with pytest.raises(MqError, match="needs conflict.home.regions"):
+            await admin.alter_configs("altered", delete=["conflict.home.regions"])
+        entries = {e.name: e.value for e in await admin.describe_configs("altered")}
+        assert entries["conflict.home.map"] == "" and entries["conflict.home.regions"] == "east,west"
+
+
+async def test_the_broker_refuses_a_foreign_key_and_writes_nothing_of_the_batch(regions) -> None:
+    east = regions["east"]
+    async with Admin(east.bootstrap) as admin:
+        await admin.create_topic("orders-raw", configs=HOME)
+    mine, theirs = keys_of("east", 1)[0], keys_of("west", 1)[0]
+    with RawClient.to(east) as raw:
+        answer = raw.produce("orders-raw", 0, build_batch([(mine, b"1", (), 1), (theirs, b"2", (), 1)]))
+        assert answer.error_code == ErrorCode.NOT_HOME_REGION
+        assert f"key {theirs.decode()!r} of topic orders-raw lives in region west" in answer.error_message
+        assert raw.fetch("orders-raw", 0, 0).high_watermark == 0
+        forwarded = build_batch([(theirs, b"3", (("mq.origin.region", b"west"),), 1)])
+        assert raw.produce("orders-raw", 0, forwarded).error_code == 0  # a mirror's copy, judged by origin
+    assert "Traceback" not in east.stderr_text()
+
+
+async def test_the_producer_refuses_before_sending_or_routes_keys_home(regions) -> None:
+    east, west = regions["east"], regions["west"]
+    for proc in (east, west):
+        async with Admin(proc.bootstrap) as admin:
+            await admin.create_topic("orders", partitions=2, configs=HOME)
+    mine, theirs = keys_of("east", 50), keys_of("west", 50)
+    async with Producer(east.bootstrap, linger_ms=1) as producer:
+        await producer.send("orders", b"here", key=mine[0])
+        with pytest.raises(MqError) as info:
+            producer.send("orders", b"there", key=theirs[0])
+        assert info.value.code is ErrorCode.NOT_HOME_REGION and "lives in region west" in info.value.message
+        with pytest.raises(MqError, match="lives in region west"):
+            await producer.send_many("orders", [(mine[1], b"a"), (theirs[1], b"b")])
+    async with Producer(east.bootstrap, linger_ms=1, home_bootstraps={"west": west.bootstrap}) as producer:
+        sent = [producer.send("orders", b"v-" + k, key=k) for k in mine[2:] + theirs[2:]]
+        await asyncio.gather(*sent)
+        many = await producer.send_many("orders", [(k, b"m") for k in (mine[1], theirs[1])])
+        assert len(many) == 2
+    in_east = await read_all(east.bootstrap, "orders", 50, partitions=2)
+    in_west = await read_all(west.bootstrap, "orders", 49, partitions=2)
+    assert sorted(r.key for r in in_east) == sorted(mine)
+    assert sorted(r.key for r in in_west) == sorted(theirs[1:])
+
+
+async def test_last_writer_wins_records_are_stamped_and_bad_stamps_refused(regions) -> None:
+    east = regions["east"]
+    async with Admin(east.bootstrap) as admin:
+        await admin.create_topic("prices", configs={"conflict.policy": "last-writer-wins"})
+
+    class Behind(SystemClock):  # a producer whose wall clock is 10 s slow
+        def wall_ms(self) -> int:
+            return super().wall_ms() - 10_000
+
+    async with Producer(east.bootstrap, linger_ms=1, clock=Behind()) as producer:
+        for i in range(20):
+            producer.send("prices", str(i).encode(), key=b"k%d" % (i % 3))
+        producer.send("prices", b"keyless")
+        await producer.flush()
+        behind_ms = Behind().wall_ms()
+    records = await read_all(east.bootstrap, "prices", 21)
+    stamps = [decode_hlc(dict(r.headers)["mq.hlc"]) for r in records if r.key is not None]
+    assert len(stamps) == 20 and stamps == sorted(set(stamps))  # strictly increasing
+    assert all(abs(s.wall_ms - behind_ms) < 5_000 for s in stamps)  # the producer's (slow) clock
+    assert [r.headers for r in records if r.key is None] == [()]
+
+    async with Producer(east.bootstrap, hlc="never") as unstamped:
+        with pytest.raises(MqError) as info:
+            await unstamped.send("prices", b"x", key=b"k")
+        assert info.value.code is ErrorCode.INVALID_HLC and "has no mq.hlc header" in info.value.message
+    with RawClient.to(east) as raw:
+        answer = raw.produce("prices", 0, build_batch([(b"k", b"x", (("mq.hlc", b"12:00"),), 1)]))
+        assert answer.error_code == ErrorCode.INVALID_HLC and "mq.hlc='12:00'" in answer.error_message
+        assert raw.fetch("prices", 0, 0).high_watermark == 21
+    with pytest.raises(MqError, match="hlc must be one of auto, always, never"):
+        Producer(east.bootstrap, hlc="sometimes")
