@@ -145,3 +145,61 @@ async def test_last_writer_wins_records_are_stamped_and_bad_stamps_refused(regio
         assert raw.fetch("prices", 0, 0).high_watermark == 21
     with pytest.raises(MqError, match="hlc must be one of auto, always, never"):
         Producer(east.bootstrap, hlc="sometimes")
+
+
+# ------------------------------------------------------------ table views
+
+async def mirror_by_hand(source: BrokerProcess, target: BrokerProcess, topic: str, origin: str,
+                         count: int, partitions: int) -> None:
+    """What the active-active mirror does (until it lands here): copy ``topic`` of the source
+    region into ``<origin>.<topic>`` of the target, same partitions, timestamps and headers,
+    plus the origin header."""
+    records = await read_all(source.bootstrap, topic, count, partitions=partitions)
+    assert len(records) == count
+    async with Admin(target.bootstrap) as admin:
+        await admin.create_topic(f"{origin}.{topic}", partitions=partitions)
+    async with Producer(target.bootstrap, linger_ms=2) as producer:
+        await asyncio.gather(*[
+            producer.send(f"{origin}.{topic}", r.value, key=r.key, partition=r.partition, timestamp_ms=r.timestamp,
+                          headers=(*r.headers, ("mq.origin.region", origin.encode())))
+            for r in records])
+
+
+async def test_table_views_of_two_regions_converge_under_last_writer_wins(regions) -> None:
+    from mq.client import TableView
+
+    east, west = regions["east"], regions["west"]
+    lww = {"conflict.policy": "last-writer-wins", "conflict.home.regions": "east,west"}
+    for proc in (east, west):
+        async with Admin(proc.bootstrap) as admin:
+            await admin.create_topic("accounts", partitions=3, configs=lww)
+
+    class Skewed(SystemClock):
+        def __init__(self, skew_ms: int) -> None:
+            self.skew_ms = skew_ms
+
+        def wall_ms(self) -> int:
+            return super().wall_ms() + self.skew_ms
+
+    keys = [f"acct-{i}".encode() for i in range(200)]
+    async with Producer(east.bootstrap, linger_ms=2, clock=Skewed(+1_500)) as pe, \
+            Producer(west.bootstrap, linger_ms=2, clock=Skewed(-1_500)) as pw:
+        for i, key in enumerate(keys):  # the same keys, concurrently, in both regions
+            pe.send("accounts", None if i % 25 == 0 else b"east-%d" % i, key=key)
+            pw.send("accounts", b"west-%d" % i, key=key)
+        await asyncio.gather(pe.flush(), pw.flush())
+
+    async with TableView(west.bootstrap, "accounts", discover_interval_ms=200) as west_table, \
+            TableView(east.bootstrap, "accounts", discover_interval_ms=200) as east_table:
+        await east_table.catch_up()
+        assert east_table.region == "east" and east_table.policy.value == "last-writer-wins"
+        assert len(east_table) == 200 - 8  # east's own writes: 8 tombstones
+        await asyncio.gather(mirror_by_hand(east, west, "accounts", "east", 200, 3),
+                             mirror_by_hand(west, east, "accounts", "west", 200, 3))
+        await asyncio.gather(west_table.catch_up(), east_table.catch_up())
+        assert sorted(west_table.sources) == ["accounts", "east.accounts"]
+        assert west_table.digest() == east_table.digest()
+        # east's clock is 3 s ahead of west's: its stamps win every key, tombstones included
+        assert west_table.items() == {k: b"east-%d" % i for i, k in enumerate(keys) if i % 25}
+        assert west_table.entry(keys[0]).value is None and west_table.entry(keys[0]).region == "east"
+        assert west_table.stats.superseded + west_table.stats.applied == 400
