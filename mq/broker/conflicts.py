@@ -26,7 +26,7 @@ from mq.core.conflict import (
     shown_key,
 )
 from mq.core.errors import ErrorCode, MqError
-from mq.core.hlc import HLC_HEADER, decode_hlc
+from mq.core.hlc import HLC_HEADER, decode_hlc, is_valid_hlc
 from mq.protocol.batch_format import iter_batches
 from mq.protocol.record_batch import decode_record_columns
 
@@ -76,7 +76,11 @@ def _check_batch(keys: Sequence[bytes | None], headers: Sequence[tuple[tuple[str
     for key, record_headers in zip(keys, headers):
         if key is None:
             continue
+        if len(record_headers) == 1 and record_headers[0][0] == HLC_HEADER and is_valid_hlc(record_headers[0][1]):
+            continue  # the common case, checked without building a stamp
         stamps = [value for name, value in record_headers if name == HLC_HEADER]
+        if len(stamps) == 1 and is_valid_hlc(stamps[0]):
+            continue
         if len(stamps) != 1:
             what = "has no" if not stamps else f"has {len(stamps)}"
             return ErrorCode.INVALID_HLC, (

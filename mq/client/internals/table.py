@@ -33,6 +33,7 @@ from mq.core.errors import MqError
 from mq.core.hlc import HLC_HEADER, MAX_WALL_MS, ZERO, Hlc, decode_hlc
 
 Headers = Sequence[tuple[str, bytes]]
+_HOME_CACHE_LIMIT = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class TableState:
     max_hlc: Hlc = ZERO
     """The greatest stamp applied: a producer that observes it (``producer.hlc.observe``)
     stamps its next writes above everything this table has shown."""
+    _homes: dict[bytes, str] = field(default_factory=dict, repr=False)  # key -> home (murmur2 is slow)
 
     def apply(self, key: bytes | None, value: bytes | None, headers: Headers, *, region: str,
               timestamp_ms: int = 0) -> bool:
@@ -88,7 +90,7 @@ class TableState:
             if current is not None and (stamp, origin) < (current.hlc, current.region):
                 self.stats.superseded += 1
                 return False
-        elif policy is ConflictPolicy.HOME_REGION and self.rules.home_of(key) != origin:
+        elif policy is ConflictPolicy.HOME_REGION and self._home(key) != origin:
             self.stats.foreign += 1
             return False
         self.entries[key] = Entry(value, stamp, origin)
@@ -96,6 +98,14 @@ class TableState:
             self.max_hlc = stamp
         self.stats.applied += 1
         return True
+
+    def _home(self, key: bytes) -> str:
+        home = self._homes.get(key)
+        if home is None:
+            if len(self._homes) >= _HOME_CACHE_LIMIT:
+                self._homes.clear()
+            home = self._homes[key] = self.rules.home_of(key)
+        return home
 
     def get(self, key: bytes) -> bytes | None:
         entry = self.entries.get(key)
