@@ -40,7 +40,7 @@ from mq.client.sender_loop import Sender
 from mq.core.clock import Clock
 from mq.core.conflict import ConflictPolicy, ConflictRules, not_home_message
 from mq.core.errors import ErrorCode, MqError
-from mq.core.hlc import HLC_HEADER, HybridLogicalClock
+from mq.core.hlc import HLC_HEADER, Hlc, HybridLogicalClock
 from mq.core.types import Acks, CompressionType, RecordMetadata, TopicPartition
 
 KIB = 1024
@@ -281,6 +281,11 @@ class Producer:
         return _new_future(RecordFuture, (batch, batch.record_count - 1, timestamp_ms))  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ conflict policies
+
+    def observe_hlc(self, stamp: Hlc) -> Hlc:
+        """Move this producer's clock past ``stamp`` (one read from a table view, say), so
+        the records it stamps next are ordered after it; returns the clock's new stamp."""
+        return self.hlc.observe(stamp, self.cluster.clock.wall_ms())
 
     def _stamped(self, headers: tuple) -> tuple:
         """``headers`` with an ``mq.hlc`` stamp from this producer's clock (a stamp the

@@ -227,5 +227,5 @@ class TableView:
 
     @property
     def max_hlc(self) -> Hlc:
-        """The greatest stamp applied (feed it to ``producer.hlc.observe`` to write after it)."""
+        """The greatest stamp applied (feed it to ``producer.observe_hlc`` to write after it)."""
         return self.table.max_hlc

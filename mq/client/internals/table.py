@@ -61,7 +61,7 @@ class TableState:
     entries: dict[bytes, Entry] = field(default_factory=dict)
     stats: TableStats = field(default_factory=TableStats)
     max_hlc: Hlc = ZERO
-    """The greatest stamp applied: a producer that observes it (``producer.hlc.observe``)
+    """The greatest stamp applied: a producer that observes it (``producer.observe_hlc``)
     stamps its next writes above everything this table has shown."""
     _homes: dict[bytes, str] = field(default_factory=dict, repr=False)  # key -> home (murmur2 is slow)
 

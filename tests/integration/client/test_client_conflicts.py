@@ -16,7 +16,7 @@ from mq.client import Admin, Consumer, Producer
 from mq.core.clock import SystemClock
 from mq.core.conflict import home_region
 from mq.core.errors import ErrorCode, MqError
-from mq.core.hlc import decode_hlc
+from mq.core.hlc import Hlc, decode_hlc
 from mq.core.types import TopicPartition
 from mq.protocol.record_batch import build_batch
 from tests.integration.broker.raw import RawClient
@@ -129,10 +129,14 @@ async def test_last_writer_wins_records_are_stamped_and_bad_stamps_refused(regio
         producer.send("prices", b"keyless")
         await producer.flush()
         behind_ms = Behind().wall_ms()
-    records = await read_all(east.bootstrap, "prices", 21)
+        read_elsewhere = Hlc(behind_ms + 60_000, 7)  # a stamp from a clock a minute ahead
+        producer.observe_hlc(read_elsewhere)
+        await producer.send("prices", b"after", key=b"k0")
+    records = await read_all(east.bootstrap, "prices", 22)
     stamps = [decode_hlc(dict(r.headers)["mq.hlc"]) for r in records if r.key is not None]
-    assert len(stamps) == 20 and stamps == sorted(set(stamps))  # strictly increasing
-    assert all(abs(s.wall_ms - behind_ms) < 5_000 for s in stamps)  # the producer's (slow) clock
+    assert len(stamps) == 21 and stamps == sorted(set(stamps))  # strictly increasing
+    assert all(abs(s.wall_ms - behind_ms) < 5_000 for s in stamps[:20])  # the producer's (slow) clock
+    assert stamps[20] > read_elsewhere  # ordered after what it read, its own clock notwithstanding
     assert [r.headers for r in records if r.key is None] == [()]
 
     async with Producer(east.bootstrap, hlc="never") as unstamped:
@@ -142,7 +146,7 @@ async def test_last_writer_wins_records_are_stamped_and_bad_stamps_refused(regio
     with RawClient.to(east) as raw:
         answer = raw.produce("prices", 0, build_batch([(b"k", b"x", (("mq.hlc", b"12:00"),), 1)]))
         assert answer.error_code == ErrorCode.INVALID_HLC and "mq.hlc='12:00'" in answer.error_message
-        assert raw.fetch("prices", 0, 0).high_watermark == 21
+        assert raw.fetch("prices", 0, 0).high_watermark == 22
     with pytest.raises(MqError, match="hlc must be one of auto, always, never"):
         Producer(east.bootstrap, hlc="sometimes")
 
