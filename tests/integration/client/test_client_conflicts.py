@@ -1,13 +1,16 @@
-"""Conflict policies against real broker processes: two one-broker regions (east, west,
+"""Conflict policies against real broker processes: one-broker regions (east, west, south;
 ``region.name`` set as `mq up` sets it). Bad conflict configs are refused at create and
 alter with nothing written; a key produced outside its home region is refused by the broker
 (NOT_HOME_REGION, nothing of the batch appended) or routed home by the producer; keyed
 records of a last-writer-wins topic are stamped by the producer, and a missing or malformed
-stamp is refused (INVALID_HLC)."""
+stamp is refused (INVALID_HLC); table views of regions that write the same keys at once, with
+skewed clocks, end equal once the copies between them (made by hand, with random delays, as the
+active-active mirror will make them) are drained."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -22,14 +25,15 @@ from mq.protocol.record_batch import build_batch
 from tests.integration.broker.raw import RawClient
 from tests.integration.conftest import BrokerProcess, free_port
 
-REGIONS = ("east", "west")
+REGIONS = ("east", "west")  # the home regions of the home-region topics
+ALL_REGIONS = ("east", "west", "south")  # the brokers started (south: the three-region table test)
 HOME = {"conflict.policy": "home-region", "conflict.home.regions": "east,west"}
 
 
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, BrokerProcess]]:
     procs = {name: BrokerProcess(tmp_path_factory.mktemp(name) / "broker-1", free_port(),
-                                 configs={"region.name": name}) for name in REGIONS}
+                                 configs={"region.name": name}) for name in ALL_REGIONS}
     try:
         for proc in procs.values():
             proc.start()
@@ -207,3 +211,81 @@ async def test_table_views_of_two_regions_converge_under_last_writer_wins(region
         assert west_table.items() == {k: b"east-%d" % i for i, k in enumerate(keys) if i % 25}
         assert west_table.entry(keys[0]).value is None and west_table.entry(keys[0]).region == "east"
         assert west_table.stats.superseded + west_table.stats.applied == 400
+
+
+async def delayed_mirror(source: BrokerProcess, target: BrokerProcess, topic: str, origin: str, count: int,
+                         partitions: int, rng: random.Random) -> None:
+    """A stand-in for the active-active mirror while records are still being written: copy
+    ``topic`` into ``<origin>.<topic>`` of the target as it grows, each fetched chunk after a
+    random delay (per partition order kept, partitions interleaved as the delays fall)."""
+    copied = 0
+    async with Consumer(source.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+                        max_poll_records=50) as consumer, Producer(target.bootstrap, linger_ms=1) as producer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        deadline = asyncio.get_running_loop().time() + 60
+        while copied < count:
+            assert asyncio.get_running_loop().time() < deadline, f"{origin}->{target}: {copied} of {count}"
+            chunk = await consumer.poll(timeout_ms=100)
+            await asyncio.sleep(rng.uniform(0.0, 0.08))
+            await asyncio.gather(*[
+                producer.send(f"{origin}.{topic}", r.value, key=r.key, partition=r.partition, timestamp_ms=r.timestamp,
+                              headers=(*r.headers, ("mq.origin.region", origin.encode())))
+                for r in chunk])
+            copied += len(chunk)
+
+
+async def test_three_regions_writing_the_same_1000_keys_converge(regions) -> None:
+    from mq.client import TableView
+
+    rng = random.Random(11)
+    topic, partitions, keys = "balances", 3, [f"acct-{i:04d}".encode() for i in range(1_000)]
+    configs = {"conflict.policy": "last-writer-wins", "conflict.home.regions": ",".join(ALL_REGIONS)}
+    for name, proc in regions.items():
+        async with Admin(proc.bootstrap) as admin:
+            await admin.create_topic(topic, partitions=partitions, configs=configs)
+            for other in ALL_REGIONS:
+                if other != name:
+                    await admin.create_topic(f"{other}.{topic}", partitions=partitions)
+
+    class Skewed(SystemClock):
+        def __init__(self, skew_ms: int) -> None:
+            self.skew_ms = skew_ms
+
+        def wall_ms(self) -> int:
+            return super().wall_ms() + self.skew_ms
+
+    async def write(name: str, skew_ms: int) -> None:
+        order = list(keys)
+        random.Random(name).shuffle(order)
+        async with Producer(regions[name].bootstrap, linger_ms=2, clock=Skewed(skew_ms)) as producer:
+            for i, key in enumerate(order):
+                producer.send(topic, None if i % 50 == 0 else f"{name}-{i}".encode(), key=key)
+                if i % 100 == 0:
+                    await asyncio.sleep(0.01)  # the three regions' writes interleave
+            await producer.flush()
+
+    views = {name: TableView(proc.bootstrap, topic, discover_interval_ms=200) for name, proc in regions.items()}
+    for view in views.values():
+        await view.start()  # reading while the writes and the copies happen
+    try:
+        copies = [delayed_mirror(regions[src], regions[dst], topic, src, 1_000, partitions, random.Random(rng.random()))
+                  for src in ALL_REGIONS for dst in ALL_REGIONS if src != dst]
+        await asyncio.gather(write("east", +400), write("west", -300), write("south", 0), *copies)
+        for view in views.values():
+            await view.catch_up()
+        digests = {name: view.digest() for name, view in views.items()}
+        assert len(set(digests.values())) == 1, digests
+        table = views["east"].table
+        assert len(table.entries) == 1_000 and all(v.stats.applied + v.stats.superseded == 3_000
+                                                  for v in views.values())
+        assert {e.region for e in table.entries.values()} <= set(ALL_REGIONS)
+        # every row is the write with the greatest (stamp, region) of the three, as written
+        best: dict[bytes, tuple] = {}
+        for name, proc in regions.items():
+            for r in await read_all(proc.bootstrap, topic, 1_000, partitions=partitions):
+                version = (decode_hlc(dict(r.headers)["mq.hlc"]), name)
+                best[r.key] = max(best.get(r.key, version), version)
+        assert {k: (e.hlc, e.region) for k, e in table.entries.items()} == best
+    finally:
+        for view in views.values():
+            await view.close()
