@@ -4,6 +4,9 @@ HLC stamps; keyless records pass; a malformed batch is what the log would have s
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from mq.broker.conflicts import check_conflicts
 from mq.core.conflict import ConflictPolicy, ConflictRules, home_region
 from mq.core.errors import ErrorCode
@@ -72,3 +75,18 @@ def test_policy_none_never_decodes_and_a_corrupt_batch_is_corrupt() -> None:
     damaged = bytearray(batch((b"a", (("mq.hlc", b"1.0"),))))
     damaged[-1] ^= 0xFF
     assert check_conflicts(bytes(damaged), LWW, topic="t", region="east")[0] is ErrorCode.CORRUPT_MESSAGE
+
+
+@given(st.binary(max_size=300), st.sampled_from([HOME, LWW]))
+def test_any_bytes_get_an_answer_never_an_exception(data: bytes, rules: ConflictRules) -> None:
+    refusal = check_conflicts(data, rules, topic="t", region="east")
+    assert refusal is None or isinstance(refusal[0], ErrorCode)
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=8)),
+                          st.lists(st.tuples(st.sampled_from(["mq.hlc", "mq.origin.region", "x"]),
+                                             st.binary(max_size=24)), max_size=3)), min_size=1, max_size=8),
+       st.sampled_from([HOME, LWW]))
+def test_well_formed_batches_with_any_headers_get_a_named_answer(records, rules: ConflictRules) -> None:
+    refusal = check_conflicts(batch(*[(k, tuple(h)) for k, h in records]), rules, topic="t", region="east")
+    assert refusal is None or refusal[0] in (ErrorCode.NOT_HOME_REGION, ErrorCode.INVALID_HLC)
