@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from mq.broker.node import BrokerNode
 
 BROKER_SOFTWARE = "mq/0.1.0"
+CONFLICT_PREFIX = "conflict."  # topic configs Metadata carries to clients
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 """Topics the brokers own (Metadata flags them ``is_internal``; consumer groups'
 patterns never match them)."""
@@ -49,7 +50,8 @@ def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataRespo
     (fenced ones flagged); the active controller. ``topics=None``: every topic.
     Topics are never created by a Metadata request (Kafka's
     auto.create.topics.enable is not offered): unknown names get UNKNOWN_TOPIC.
-    ``__consumer_offsets`` is flagged ``is_internal``."""
+    ``__consumer_offsets`` is flagged ``is_internal``. Each topic carries its ``conflict.*``
+    configs and the response this broker's region, for producers and table views."""
     image = node.image
     names = list(image.topics) if request.topics is None else request.topics
     topics = []
@@ -65,9 +67,11 @@ def handle_metadata(node: BrokerNode, request: MetadataRequest) -> MetadataRespo
             )
             for p, pi in topic.partitions.items()
         ]
-        topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, name in INTERNAL_TOPICS, topic.topic_id))
+        conflict = {k: v for k, v in topic.configs.items() if k.startswith(CONFLICT_PREFIX)}
+        topics.append(TopicMetadata(name, ErrorCode.NONE, partitions, name in INTERNAL_TOPICS, topic.topic_id,
+                                    conflict))
     return MetadataResponse(broker_infos(node), node.controller_id, topics, node.cluster_id,
-                            node.controller_epoch)
+                            node.controller_epoch, node.config.region_name)
 
 
 def broker_infos(node: BrokerNode) -> list[BrokerInfo]:

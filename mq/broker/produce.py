@@ -1,7 +1,9 @@
 """Produce: append opaque batches to partition logs.
 
 A mirror topic (``mirror.source.region`` set) is read-only for producers: the answer is
-``MIRROR_TOPIC_READ_ONLY`` naming the region that writes it (``mq.broker.mirror``).
+``MIRROR_TOPIC_READ_ONLY`` naming the region that writes it (``mq.broker.mirror``). A topic
+with a ``conflict.policy`` has its keyed records checked before the append
+(``mq.broker.conflicts``): ``NOT_HOME_REGION`` or ``INVALID_HLC``, nothing written.
 
 The broker never parses records here: the log checks each batch's header and CRC and
 rewrites its base offset in place (unless the topic asks for recompression). Only the
@@ -21,9 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mq.broker.conflicts import check_conflicts
 from mq.broker.leadership import find_leader, not_leader
 from mq.broker.partition import Partition
 from mq.broker.recompress import needs_recompression, recompress, target_codec
+from mq.core.conflict import ConflictPolicy
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import FlushPolicy, TopicPartition
 from mq.protocol.messages import (
@@ -121,6 +125,9 @@ def _append(
     partition, state = found, found.leader
     config = partition.config
     refused = refuse_writes(tp, config.mirror_source_region, truncating=state.truncating)
+    if refused is None and config.conflict_policy is not ConflictPolicy.NONE:
+        refused = check_conflicts(data.records, config.conflict_rules, topic=tp.topic,
+                                  region=node.config.region_name)
     if refused is not None:
         return ProducePartitionResponse(tp.partition, refused[0], error_message=refused[1]), None
     if acks == -1 and state.check_produce(acks) != ErrorCode.NONE:

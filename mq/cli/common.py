@@ -180,6 +180,10 @@ _HINTS: dict[ErrorCode, str] = {
     ErrorCode.MIRROR_TOPIC_READ_ONLY: ("write in the source region, or promote the mirror: `mq mirror failover`, or "
                                        "`mq topic alter-config NAME --delete mirror.source.region`"),
     ErrorCode.NOT_MIRROR_TOPIC: "only mirror topics (config mirror.source.region) take mirrored records",
+    ErrorCode.NOT_HOME_REGION: ("produce the key in its home region (--region NAME), or let mq route each key "
+                                "home: mq produce --route-home"),
+    ErrorCode.INVALID_HLC: ("let the producer stamp mq.hlc (mq's Producer does on last-writer-wins topics), or "
+                            "send it as <wall_ms>.<logical>, e.g. mq.hlc:1732528800000.0"),
 }
 
 
@@ -292,6 +296,15 @@ def region_bootstrap(name: str | None, flag: str = "--region") -> str | None:
             return bootstrap
     raise CliError(f"{flag} {name}: no such region under {data_dir} (regions: {', '.join(r for r, _ in regions)})",
                    "pass one of them (see `mq status`)", exit_code=EXIT_USAGE)
+
+
+def recorded_regions(data_dir: str | None = None) -> dict[str, str]:
+    """``{region: bootstrap}`` of the topology `mq up` started (empty when none runs here)."""
+    return dict(_recorded_regions(data_dir or data_dir_of_env()) or [])
+
+
+def recorded_region_names(data_dir: str | None = None) -> list[str]:
+    return list(recorded_regions(data_dir))
 
 
 def recorded_bootstrap(data_dir: str | None = None) -> str | None:

@@ -23,6 +23,7 @@ from mq.cli import (
     mirror_cmd,
     produce,
     records_cmd,
+    table,
     topic,
 )
 from mq.cli.common import CliError, Parser, bootstrap_of, debug, explain, print_error
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     topic.register(sub)
     produce.register(sub)
     consume.register(sub)
+    table.register(sub)
     group.register(sub)
     records_cmd.register(sub)
     dump_log.register(sub)

@@ -34,13 +34,16 @@ from mq.cli.common import (
     CliError,
     add_bootstrap,
     check_partition,
+    data_dir_of_env,
     explain,
     key_value,
+    recorded_regions,
     topic_partitions,
 )
 from mq.cli.formatter import FormatError
 from mq.cli.line_reader import PROPERTIES, LineError, LineFormat
 from mq.cli.records import bytes_to_json
+from mq.core.errors import ErrorCode, MqError
 
 READ_CHUNK = 256 * 1024
 ACKS = {"0": 0, "1": 1, "all": "all", "-1": "all"}
@@ -88,6 +91,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--producer-property", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="a Kafka producer config (repeatable): "
                         f"{client_props.names_help(client_props.PRODUCER_PROPERTIES)}")
+    p.add_argument("--route-home", action="store_true",
+                   help="on a conflict.policy=home-region topic, send each key to its home region (the "
+                        "regions `mq up` started here; default: a key of another region is refused with "
+                        "NOT_HOME_REGION)")
+    p.add_argument("--home-bootstrap", type=key_value, action="append", default=[], metavar="REGION=HOST:PORT",
+                   help="where a home region's brokers are, for --route-home (repeatable; "
+                        "default: from the topology `mq up` started)")
     p.add_argument("--window", type=int, default=20_000, metavar="N",
                    help="records in flight before waiting for the oldest (default: 20000)")
     p.add_argument("--report", metavar="FILE",
@@ -135,6 +145,20 @@ def line_format(args: argparse.Namespace) -> LineFormat:
                        exit_code=2) from None
 
 
+def home_bootstraps(args: argparse.Namespace) -> dict[str, str]:
+    """``{region: bootstrap}`` for --route-home: --home-bootstrap over cluster.json."""
+    if args.home_bootstrap and not args.route_home:
+        raise CliError("--home-bootstrap only says where to route keys", "add --route-home", exit_code=2)
+    if not args.route_home:
+        return {}
+    homes = {**recorded_regions(), **dict(args.home_bootstrap)}
+    if not homes:
+        raise CliError("--route-home: no region is known here (no topology started by `mq up` under "
+                       f"{data_dir_of_env()})", "name them: --home-bootstrap REGION=HOST:PORT (repeatable)",
+                       exit_code=2)
+    return homes
+
+
 def run_produce(args: argparse.Namespace) -> int:
     if args.topic is not None and args.topic_option is not None and args.topic != args.topic_option:
         raise CliError(f"two topics: {args.topic} and -t {args.topic_option}", "name one topic", exit_code=2)
@@ -143,6 +167,9 @@ def run_produce(args: argparse.Namespace) -> int:
         raise CliError("no topic to produce to", "name it: mq produce TOPIC", exit_code=2)
     reader = line_format(args)
     kwargs = producer_kwargs(args)
+    homes = home_bootstraps(args)
+    if homes:
+        kwargs["home_bootstraps"] = homes
     if args.window < 1:
         raise CliError("--window must be at least 1", "use the default or a positive number")
     partitions = topic_partitions(args.bootstrap, args.topic)
@@ -168,6 +195,12 @@ class _Stats:
         self.bad_lines: list[int] = []
         self.stopped_at: tuple[int, str] | None = None  # --strict: the bad line, and why
         self.started = time.monotonic()
+
+    def refused(self, error: MqError) -> None:
+        """A record the producer refused before sending it (its key lives in another region)."""
+        self.sent += 1
+        self.failed += 1
+        self.first_error = self.first_error or error
 
     def bad_line(self, line_no: int, error: LineError, line: bytes, *, strict: bool) -> None:
         self.bad_lines.append(line_no)
@@ -204,8 +237,14 @@ async def _produce(args: argparse.Namespace, kwargs: dict[str, Any], reader: Lin
                 stats.no_separator += parsed.no_key_separator
                 # send() returns at once with an awaitable RecordFuture (it queues the record
                 # itself when buffer_memory is full), so reading never waits for a round trip.
-                future = producer.send(args.topic, parsed.value, key=parsed.key, headers=parsed.headers,
-                                       partition=args.partition)
+                try:
+                    future = producer.send(args.topic, parsed.value, key=parsed.key, headers=parsed.headers,
+                                           partition=args.partition)
+                except MqError as exc:
+                    if exc.code is not ErrorCode.NOT_HOME_REGION:
+                        raise
+                    stats.refused(exc)  # this key lives in another region: the others go on
+                    continue
                 await window.add(future, parsed.key, parsed.value)
         except BaseException:
             settler.cancel()

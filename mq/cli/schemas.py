@@ -140,6 +140,25 @@ PRODUCE_REPORT = obj("one acknowledged record (one line, in input order)", parti
                      offset=INT("its offset"), key=nullable(BYTES("key"), "no key"),
                      value=nullable(BYTES("value"), "a tombstone"))
 
+TABLE_SHOW = obj(
+    "a keyed topic and its remote copies merged under its conflict policy (`--summary`: without `entries`)",
+    ("entries",),
+    topic=STR("the keyed topic"), region=nullable(STR("this region (the broker's region.name)"), "none"),
+    policy=STR("the conflict policy merged under", enum=["none", "home-region", "last-writer-wins"]),
+    sources=arr(obj("a topic read", topic=STR("topic name"),
+                    region=nullable(STR("the region its records come from"), "unknown")),
+                "the topic and its remote copies, by name"),
+    rows=INT("live rows (tombstones not counted)"),
+    digest=STR("SHA-256 of the live rows in key order: equal digests, equal tables"),
+    stats=obj("records read", applied=INT("became or replaced a row"),
+              superseded=INT("last-writer-wins: older than the row they met"),
+              foreign=INT("home-region: not from the key's home region, left out"),
+              unstamped=INT("last-writer-wins: no valid mq.hlc (ordered by timestamp)"),
+              keyless=INT("without a key (no row)")),
+    entries=arr(obj("a live row", key=BYTES("key"), value=BYTES("value"),
+                    hlc=nullable(STR("its stamp, <wall_ms>.<logical>"), "the record had none"),
+                    region=STR("the region that wrote it")), "in key order"))
+
 _BATCH = obj(
     "a record batch", ("records", "records_error"), type=STR("batch", const="batch"),
     position=INT("byte position in the file"), base_offset=INT("first offset"), last_offset=INT("last offset"),
@@ -178,6 +197,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("mq records delete TOPIC ... --json", RECORDS_DELETE),
     Output("mq status --json", STATUS),
     Output("mq link list --json", LINK_LIST),
+    Output("mq table show TOPIC --json", TABLE_SHOW),
     Output("mq consume TOPIC --format json", CONSUME_RECORD, lines=True),
     Output("mq produce TOPIC --report FILE", PRODUCE_REPORT, lines=True),
     Output("mq dump-log FILE --json", DUMP_LOG, lines=True),

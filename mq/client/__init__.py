@@ -6,7 +6,9 @@ from mq.client.internals.fetcher import ConsumerRecord
 from mq.client.mirror_admin import MirrorAppendResult, OffsetOutOfRange, RawFetch
 from mq.client.producer import Producer
 from mq.client.results import GroupMetadata, OffsetAndMetadata, PendingRecordFuture, RecordFuture
+from mq.client.table_view import TableView
 from mq.core.types import RecordMetadata
 
 __all__ = ["Admin", "Consumer", "ConsumerRecord", "GroupMetadata", "MirrorAppendResult", "OffsetAndMetadata",
-           "OffsetOutOfRange", "PendingRecordFuture", "Producer", "RawFetch", "RecordFuture", "RecordMetadata"]
+           "OffsetOutOfRange", "PendingRecordFuture", "Producer", "RawFetch", "RecordFuture", "RecordMetadata",
+           "TableView"]

@@ -38,7 +38,9 @@ from mq.client.internals.sender import RetryPolicy
 from mq.client.results import PendingRecordFuture, RecordFuture, RecordMetadataList
 from mq.client.sender_loop import Sender
 from mq.core.clock import Clock
+from mq.core.conflict import ConflictPolicy, ConflictRules, not_home_message
 from mq.core.errors import ErrorCode, MqError
+from mq.core.hlc import HLC_HEADER, Hlc, HybridLogicalClock
 from mq.core.types import Acks, CompressionType, RecordMetadata, TopicPartition
 
 KIB = 1024
@@ -58,12 +60,17 @@ def _headers(headers: HeadersArg) -> tuple[tuple[str, bytes], ...]:
 class _Route:
     """A topic's partitions as the hot path needs them (rebuilt on metadata change)."""
 
-    __slots__ = ("available", "sticky", "tps")
+    __slots__ = ("available", "home", "stamp", "sticky", "tps")
 
     def __init__(self, tps: list[PartitionQueue], available: list[int]) -> None:
         self.tps = tps  # the accumulator's queue per partition, by partition number
         self.available = available
         self.sticky = -1  # cached StickyPartitioner choice; -1: ask it
+        self.home: ConflictRules | None = None  # conflict.policy=home-region: check each key
+        self.stamp = False  # stamp keyed records with mq.hlc
+
+
+HLC_MODES = ("auto", "always", "never")
 
 
 _time_ns = time.time_ns
@@ -87,7 +94,19 @@ class Producer:
                  delivery_timeout_ms: int = 120_000, request_timeout_ms: int = 30_000,
                  max_request_size: int = 1 * MIB, metadata_max_age_ms: int = 300_000,
                  client_id: str = "mq-producer", clock: Clock | None = None,
-                 seed: int | None = None, address_map: Mapping[str, str] | None = None) -> None:
+                 seed: int | None = None, address_map: Mapping[str, str] | None = None,
+                 hlc: str = "auto", hlc_clock: HybridLogicalClock | None = None,
+                 home_bootstraps: Mapping[str, str] | None = None) -> None:
+        # Everything but the cluster to talk to: what a producer for another region
+        # (home-region routing) is built with.
+        self._settings = {k: v for k, v in locals().items()
+                          if k not in ("self", "bootstrap", "home_bootstraps", "hlc_clock", "__class__")}
+        if hlc not in HLC_MODES:
+            raise MqError(ErrorCode.INVALID_CONFIG, f"hlc must be one of {', '.join(HLC_MODES)}, not {hlc!r}")
+        self.hlc_mode = hlc
+        self.hlc = hlc_clock or HybridLogicalClock()
+        self.home_bootstraps = dict(home_bootstraps or {})
+        self._home_producers: dict[str, Producer] = {}
         try:
             codec = CompressionType.parse(compression)
         except (KeyError, ValueError):
@@ -155,6 +174,11 @@ class Producer:
                 old = self._routes.get(topic)
                 if old is not None and old.sticky < count:
                     route.sticky = old.sticky
+                rules = md.conflict_rules(topic)
+                policy = rules.policy if rules is not None else ConflictPolicy.NONE
+                route.home = rules if policy is ConflictPolicy.HOME_REGION else None
+                route.stamp = self.hlc_mode == "always" or (
+                    self.hlc_mode == "auto" and policy is ConflictPolicy.LAST_WRITER_WINS)
                 routes[topic] = route
         self._routes = routes
         self.sender.wakeup()
@@ -230,6 +254,14 @@ class Producer:
                 queue = tps[p]
                 batch = acc.append(queue, timestamp_ms, key, value, headers)
         else:
+            if key is not None and (route.stamp or route.home is not None):
+                if route.home is not None:
+                    elsewhere = self._home_producer(topic, route.home, key)
+                    if elsewhere is not None:
+                        return elsewhere.send(topic, value, key=key, headers=headers,  # type: ignore[return-value]
+                                              partition=partition, timestamp_ms=timestamp_ms)
+                if route.stamp:
+                    headers = self._stamped(headers)
             if partition is None:
                 p = self._keys.partition_for_key(key, len(tps))  # type: ignore[arg-type]
             elif 0 <= partition < len(tps):
@@ -247,6 +279,41 @@ class Producer:
         if batch is NO_MEMORY:
             return None
         return _new_future(RecordFuture, (batch, batch.record_count - 1, timestamp_ms))  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ conflict policies
+
+    def observe_hlc(self, stamp: Hlc) -> Hlc:
+        """Move this producer's clock past ``stamp`` (one read from a table view, say), so
+        the records it stamps next are ordered after it; returns the clock's new stamp."""
+        return self.hlc.observe(stamp, self.cluster.clock.wall_ms())
+
+    def _stamped(self, headers: tuple) -> tuple:
+        """``headers`` with an ``mq.hlc`` stamp from this producer's clock (a stamp the
+        caller set, a mirror's or a replay's, is kept)."""
+        for name, _ in headers:
+            if name == HLC_HEADER:
+                return headers
+        stamp = self.hlc.now(self.cluster.clock.wall_ms())
+        return (*headers, (HLC_HEADER, stamp.encode()))
+
+    def _home_producer(self, topic: str, rules: ConflictRules, key: bytes) -> Producer | None:
+        """None when ``key`` may be sent here; the producer of its home region when one is
+        configured (``home_bootstraps``); else NOT_HOME_REGION, before anything is sent
+        (a batch holding one foreign key would be refused whole by the broker)."""
+        here = self.cluster.metadata.region
+        if not here:  # a broker without region.name: it decides
+            return None
+        home = rules.home_of(key)
+        if home == here:
+            return None
+        bootstrap = self.home_bootstraps.get(home)
+        if bootstrap is None:
+            raise MqError(ErrorCode.NOT_HOME_REGION, not_home_message(key, topic, home, here))
+        producer = self._home_producers.get(home)
+        if producer is None:
+            producer = self._home_producers[home] = Producer(
+                bootstrap, hlc_clock=self.hlc, **self._settings)  # type: ignore[arg-type]
+        return producer
 
     # ------------------------------------------------------------------ waiting for room
 
@@ -305,10 +372,13 @@ class Producer:
     # ------------------------------------------------------------------ bulk path
 
     async def send_many(self, topic: str, records: Iterable[tuple],
-                        partition: int | None = None) -> RecordMetadataList:
+                        partition: int | None = None) -> Sequence[RecordMetadata]:
         """Send ``[(key, value), ...]`` or ``[(key, value, headers), ...]`` as whole batches
         built directly per partition; returns their metadata once all are acknowledged
-        (a lazy sequence of RecordMetadata, in input order)."""
+        (a lazy sequence of RecordMetadata, in input order). On a topic with a conflict
+        policy keyed records are stamped (last-writer-wins); keys of other regions
+        (home-region) go one by one to their home with ``home_bootstraps``, else the call
+        raises NOT_HOME_REGION before sending anything."""
         self._ensure_started()
         if topic not in self._routes:
             await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
@@ -319,6 +389,12 @@ class Producer:
         if records and len(records[0]) == 3:
             records = [(k, v, _headers(h)) for k, v, h in records]
         route = self._routes[topic]
+        if route.home is not None or route.stamp:
+            records, elsewhere = self._conflict_many(topic, records, route)
+            if elsewhere:
+                futures = [self.send(topic, r[1], key=r[0], headers=r[2], partition=partition)
+                           for r in records]
+                return [await f for f in futures]
         timestamp_ms = _time_ns() // 1_000_000
         groups = self._group_for_send_many(topic, records, partition, route)
         pieces = []
@@ -328,6 +404,22 @@ class Producer:
                 pieces.append((batch, indices))
         self.sender.wakeup()
         return await RecordMetadataList.gather(pieces, len(records), timestamp_ms)
+
+    def _conflict_many(self, topic: str, records: list, route: _Route) -> tuple[list, bool]:
+        """``(records with stamps where due, whether some key lives in another region)``."""
+        records = [r if len(r) == 3 else (r[0], r[1], ()) for r in records]
+        here = self.cluster.metadata.region
+        if route.home is not None and here:
+            for key, _, _ in records:
+                home = here if key is None else route.home.home_of(key)
+                if home != here:
+                    if home in self.home_bootstraps:
+                        return records, True
+                    raise MqError(ErrorCode.NOT_HOME_REGION, not_home_message(key, topic, home, here))
+        if route.stamp:
+            stamped = self._stamped
+            records = [(k, v, h if k is None else stamped(h)) for k, v, h in records]
+        return records, False
 
     def _group_for_send_many(self, topic: str, records: list, partition: int | None,
                              route: _Route) -> list:
@@ -367,6 +459,8 @@ class Producer:
     async def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything buffered now and wait until it is acknowledged or failed
         (failures are reported through each record's future, not raised here)."""
+        for producer in list(self._home_producers.values()):
+            await producer.flush(timeout_ms)
         if self._loop is None:
             return
         await self.wait_for_buffer()
@@ -376,6 +470,8 @@ class Producer:
         """Flush (unless ``timeout_ms=0``), stop the Sender, close connections."""
         if self._closed:
             return
+        for producer in list(self._home_producers.values()):
+            await producer.close(timeout_ms)
         if self._loop is not None and timeout_ms != 0:
             try:
                 await self.flush(timeout_ms)

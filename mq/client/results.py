@@ -69,10 +69,10 @@ class PendingRecordFuture:
     __slots__ = ("_appended", "_waiter")
 
     def __init__(self, waiter: asyncio.Future) -> None:
-        self._appended: RecordFuture | None = None
+        self._appended: RecordFuture | PendingRecordFuture | None = None
         self._waiter = waiter
 
-    def attach(self, appended: RecordFuture) -> None:
+    def attach(self, appended: RecordFuture | PendingRecordFuture) -> None:
         self._appended = appended
         if not self._waiter.done():
             self._waiter.set_result(None)
@@ -107,8 +107,8 @@ class PendingRecordFuture:
         def on_waiter(waiter: asyncio.Future) -> None:
             if self._appended is None:
                 fn(self)
-            else:
-                self._appended[0].future.add_done_callback(lambda _: fn(self))
+            else:  # a RecordFuture, or another producer's PendingRecordFuture (home routing)
+                self._appended.add_done_callback(lambda _: fn(self))
 
         self._waiter.add_done_callback(on_waiter)
 

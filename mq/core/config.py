@@ -11,8 +11,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
+from mq.core.conflict import (
+    POLICY_CHOICES,
+    ConflictPolicy,
+    ConflictRules,
+    check_rules,
+    home_map_ok,
+    normalize_list,
+    parse_home_map,
+    parse_policy,
+    parse_regions,
+    regions_ok,
+)
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import CleanupPolicy, CompressionType, FlushPolicy, TimestampType
 
@@ -148,6 +161,9 @@ TOPIC_KEYS: tuple[ConfigKey, ...] = (
     _key("min.compaction.lag.ms", int, 0, "A record stays uncompacted at least this long.", _at_least(0)),
     _key("max.compaction.lag.ms", int, 2**63 - 1, "A record becomes eligible for compaction by this age.", _at_least(1)),
     _key("message.timestamp.difference.max.ms", int, 2**63 - 1, "Reject CreateTime timestamps further than this from the broker's clock.", _at_least(0)),
+    _key("conflict.policy", parse_policy, ConflictPolicy.NONE, "How regions that all write this topic agree on a key's value: none (each region keeps what it applied last: views diverge), home-region (a key is written only in its home region; elsewhere produce is refused with NOT_HOME_REGION) or last-writer-wins (producers stamp keyed records with a hybrid logical clock, header mq.hlc; a table keeps the greatest stamp, ties broken by region name; a keyed record without a valid stamp is refused with INVALID_HLC). See docs/explanation/conflicts.md.", ((lambda v: isinstance(v, ConflictPolicy)), f"one of {POLICY_CHOICES}")),
+    _key("conflict.home.regions", normalize_list, "", "The regions a key's home is chosen from, in a fixed order (east,west,south): home = regions[toPositive(murmur2(key)) % count] unless conflict.home.map names it. Required by conflict.policy=home-region; also the regions whose remote copies (<region>.<topic>) a table view reads.", (regions_ok, "comma-separated distinct region names (1 to 64 of [A-Za-z0-9._-] each)")),
+    _key("conflict.home.map", normalize_list, "", "Explicit homes by key prefix, before the hash: PREFIX:REGION,... (eu-:west,us-:east); the longest matching prefix wins; every region must be in conflict.home.regions.", (home_map_ok, "comma-separated PREFIX:REGION pairs, each prefix once")),
     _key("mirror.source.region", str, "", "Set: the topic is a read-only mirror of this region's topic of the same name, written only by the mirror (MirrorAppend); produce is refused with MIRROR_TOPIC_READ_ONLY. Delete it to promote the topic (fail-over), set it to demote (fail-back).", REGION_NAME_CHECK),
 )
 TOPIC_KEYS_BY_NAME = {k.name: k for k in TOPIC_KEYS}
@@ -174,7 +190,24 @@ class TopicConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     message_timestamp_difference_max_ms: int = 2**63 - 1
+    conflict_policy: ConflictPolicy = ConflictPolicy.NONE
+    conflict_home_regions: str = ""
+    conflict_home_map: str = ""
     mirror_source_region: str = ""
+
+    def __post_init__(self) -> None:
+        """Conflict settings valid alone may not fit together (a map naming a region the
+        list lacks): refused, so a bad combination is never written to the metadata log."""
+        if self.conflict_policy is not ConflictPolicy.NONE or self.conflict_home_regions \
+                or self.conflict_home_map:
+            check_rules(self.conflict_rules)
+
+    @cached_property
+    def conflict_rules(self) -> ConflictRules:
+        """``conflict.*`` parsed (the values were validated when the config was built);
+        computed once per config (the broker asks on every produce to the topic)."""
+        return ConflictRules(self.conflict_policy, parse_regions(self.conflict_home_regions),
+                             parse_home_map(self.conflict_home_map))
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any], base: "TopicConfig | None" = None) -> "TopicConfig":
@@ -188,7 +221,7 @@ class TopicConfig:
             value = getattr(self, key.field)
             if isinstance(value, TimestampType):
                 value = "CreateTime" if value == TimestampType.CREATE_TIME else "LogAppendTime"
-            elif isinstance(value, CleanupPolicy):
+            elif isinstance(value, (CleanupPolicy, ConflictPolicy)):
                 value = value.value
             elif isinstance(value, bool):
                 value = str(value).lower()
@@ -206,6 +239,7 @@ assert {k.field for k in TOPIC_KEYS} == {f.name for f in fields(TopicConfig)}
 
 BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("node.id", int, 1, "This broker's id, unique in its region.", _at_least(0)),
+    _key("region.name", str, "", "The region this broker serves (mq up sets it from the region file). Clients learn it from Metadata; topics with conflict.policy=home-region accept here only keys whose home is this region (a broker without a region refuses them).", REGION_NAME_CHECK),
     _key("log.dirs", str, ".mq/broker-1", "Directory holding this broker's partitions and metadata log."),
     _key("listeners", str, "127.0.0.1:9092", "host:port the native protocol listens on."),
     _key("metrics.listener", str, "", "host:port of the Prometheus /metrics endpoint (empty: port + 10000)."),
@@ -259,6 +293,7 @@ BROKER_KEYS_BY_NAME = {k.name: k for k in BROKER_KEYS}
 @dataclass(frozen=True)
 class BrokerConfig:
     node_id: int = 1
+    region_name: str = ""
     log_dirs: str = ".mq/broker-1"
     listeners: str = "127.0.0.1:9092"
     metrics_listener: str = ""

@@ -2,7 +2,8 @@
 
 Codes keep Kafka's numbers where Kafka has the same error, so a reader can look
 them up in Kafka's protocol guide; mq-only errors use numbers from 1000 up (those of
-mirror topics, ``mq.broker.mirror``, from 1100).
+mirror topics, ``mq.broker.mirror``, from 1100; those of conflict policies, ``mq.core.conflict``,
+from 1200).
 Errors are values: a response carries an ``ErrorCode``; a client turns a non-zero
 code into an ``MqError`` with ``error.code.retriable`` telling it whether to retry.
 """
@@ -83,6 +84,8 @@ class ErrorCode(IntEnum):
     MIRROR_TOPIC_READ_ONLY = (1101, False, "The topic is a mirror of another region: produce there, or promote it.")
     MIRROR_DIVERGED = (1102, False, "The mirror topic holds a different batch at these offsets than the source.")
     MIRROR_OFFSET_GAP = (1103, False, "The batch (or the fetch offset) is past the mirror topic's log end; records in between are missing.")
+    NOT_HOME_REGION = (1200, False, "The topic's conflict.policy is home-region and the record's key lives in another region: produce there.")
+    INVALID_HLC = (1201, False, "The topic's conflict.policy is last-writer-wins and a keyed record's mq.hlc header is missing or malformed.")
 
 
 class MqError(Exception):

@@ -51,6 +51,7 @@ STRUCTURAL_CONFIGS = {
     "listeners": "brokers[N].listen",
     "metrics.listener": "brokers[N].metrics_listen",
     "controller.quorum.voters": "voters",
+    "region.name": "the region's name (region:, or name: under regions:)",
 }
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -217,7 +218,7 @@ class _Reader:
         for i, e in enumerate(entries):
             merged = {**shared, **e["configs"], **extra}
             self.check_together(i, e["id"], merged)
-            configs = (*sorted(merged.items()), ("controller.quorum.voters", quorum))
+            configs = (*sorted(merged.items()), ("controller.quorum.voters", quorum), ("region.name", name))
             brokers.append(BrokerSpec(node_id=e["id"], listen=e["listen"],
                                       data_dir=os.path.join(root, f"broker-{e['id']}"),
                                       metrics_listen=e["metrics_listen"], configs=configs))

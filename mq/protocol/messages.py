@@ -118,6 +118,7 @@ class TopicMetadata:
     partitions: list[PartitionMetadata]
     is_internal: bool = False
     topic_id: str = ""
+    configs: dict[str, str] = field(default_factory=dict)  # the topic's conflict.* configs (producers and table views act on them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,7 @@ class MetadataResponse(Response):
     topics: list[TopicMetadata]
     cluster_id: str = ""
     controller_epoch: int = -1  # the metadata quorum's epoch (Raft term) of controller_id
+    region: str = ""  # the answering broker's region.name ("" when it has none)
 
 
 @dataclass(frozen=True, slots=True)

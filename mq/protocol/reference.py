@@ -231,7 +231,7 @@ def render_wire_protocol() -> str:
         out += _fields_table(cls) + [""]
     out += ["## Error codes", "",
             ("Kafka's numbers where Kafka has the same error; mq-only errors from 1000 "
-             "(those of mirror topics from 1100)."), "",
+             "(those of mirror topics from 1100, of conflict policies from 1200)."), "",
             "| code | name | retriable | meaning |", "|---|---|---|---|"]
     for code in ErrorCode:
         out.append(f"| {int(code)} | `{code.name}` | {'yes' if code.retriable else 'no'} | "

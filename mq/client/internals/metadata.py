@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mq.core.errors import ErrorCode
+from mq.core.conflict import ConflictRules
+from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.core.types import TopicPartition
 from mq.protocol.messages import MetadataResponse
@@ -27,6 +28,9 @@ REFRESH_ON = frozenset({
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION, ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.REQUEST_TIMED_OUT,
+    # The topic's conflict.policy changed since the client last looked (not retried: the
+    # record itself is refused; the next ones are routed or stamped by the new policy).
+    ErrorCode.NOT_HOME_REGION, ErrorCode.INVALID_HLC,
 })
 """Errors that mean "your picture of the cluster is stale": refresh before retrying."""
 
@@ -87,6 +91,8 @@ class Metadata:
         self.brokers: dict[int, Node] = {}
         self.controller_id = -1
         self.cluster_id = ""
+        self.region = ""  # the answering broker's region.name
+        self.conflict: dict[str, ConflictRules] = {}  # topics with conflict.* configs
         self.topics: dict[str, None] = {}  # topics of interest, insertion-ordered
         self.partitions: dict[str, list[PartitionInfo]] = {}
         self.topic_errors: dict[str, ErrorCode] = {}
@@ -163,6 +169,7 @@ class Metadata:
                         for b in response.brokers}
         self.controller_id = response.controller_id
         self.cluster_id = response.cluster_id
+        self.region = response.region
         for topic in response.topics:
             code = ErrorCode(topic.error_code) if topic.error_code in ErrorCode._value2member_map_ \
                 else ErrorCode.UNKNOWN_SERVER_ERROR
@@ -173,6 +180,7 @@ class Metadata:
                     del self._leaders[tp]
                 continue
             self.topic_errors.pop(topic.name, None)
+            self._update_conflict(topic.name, topic.configs)
             infos = []
             for p in sorted(topic.partitions, key=lambda p: p.partition):
                 tp = TopicPartition(topic.name, p.partition)
@@ -196,6 +204,22 @@ class Metadata:
         self.last_refresh_ms = now_ms
         self.last_attempt_ms = now_ms
         self.version += 1
+
+    def _update_conflict(self, topic: str, configs: Mapping[str, str]) -> None:
+        rules = None
+        if configs:
+            try:
+                rules = ConflictRules.from_configs(configs)
+            except MqError:  # the controller validated them; a newer broker may know more
+                rules = None
+        if rules is None or not (rules.active or rules.regions):
+            self.conflict.pop(topic, None)
+        else:
+            self.conflict[topic] = rules
+
+    def conflict_rules(self, topic: str) -> ConflictRules | None:
+        """The topic's conflict policy and home regions (None: no conflict.* configs)."""
+        return self.conflict.get(topic)
 
     # ------------------------------------------------------------------ lookups (hot path)
 

@@ -54,7 +54,7 @@ def test_local_region(tmp_path, monkeypatch):
     for b in topology.brokers:
         args = b.broker_args()
         assert args[:6] == ["--node-id", str(b.node_id), "--data-dir", b.data_dir, "--listen", b.listen]
-        assert args[6:] == ["--config", f"controller.quorum.voters={voters}"]
+        assert args[6:] == ["--config", f"controller.quorum.voters={voters}", "--config", "region.name=local"]
     assert topology.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
 
 
@@ -227,7 +227,7 @@ def test_a_topic_config_is_not_a_broker_config():
 
 
 @pytest.mark.parametrize("name", ["node.id", "log.dirs", "listeners", "metrics.listener",
-                                  "controller.quorum.voters"])
+                                  "controller.quorum.voters", "region.name"])
 def test_configs_the_file_sets_itself(name):
     line = refused(THREE + f"configs: {{{name}: '1'}}\n")
     assert f"configs: {name} is set by the region file itself — use " in line

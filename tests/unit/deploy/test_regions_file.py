@@ -55,6 +55,7 @@ def test_the_default_file_is_two_regions_a_link_pair_and_one_flow(tmp_path, monk
     assert west.brokers[0].data_dir == str(tmp_path / ".mq" / "west" / "broker-1")
     assert dict(west.brokers[0].configs)["controller.quorum.voters"] == \
         "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
+    assert [dict(b.configs)["region.name"] for b in (*east.brokers, *west.brokers)] == ["east"] * 3 + ["west"] * 3
     assert [(x.name, x.settings.latency_ms, x.declared) for x in d.links] == [
         ("east->west", 40.0, True), ("west->east", 40.0, True)]
     [pair] = d.pairs
