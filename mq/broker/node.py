@@ -375,8 +375,8 @@ class BrokerNode:
             self._moved[partition.tp] = None
         if decision.alter_partition is not None:
             self._isr.propose(decision.alter_partition)
-        if self.mirror.truncations_waiting:
-            self.mirror.on_partition_update(partition.tp)
+        if self.mirror.waiting:
+            self.mirror.on_partition_update(partition.tp, now_ms=self._now_ms)
 
     def log_start_moved(self, partition: Partition) -> None:
         partition.log_start_moved()
@@ -428,8 +428,8 @@ class BrokerNode:
             self._wake_fetches(tp)
             partition = self.partitions.get(tp)
             state = None if partition is None else partition.leader
-            if self.mirror.truncations_waiting:
-                self.mirror.on_partition_update(tp)
+            if self.mirror.waiting:
+                self.mirror.on_partition_update(tp, now_ms=now_ms)
             if state is not None:
                 self.produce_purgatory.on_partition_update(
                     tp, high_watermark=state.high_watermark, isr_size=len(state.isr),
