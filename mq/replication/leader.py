@@ -8,7 +8,8 @@ Kafka's ``Partition`` (leader half) without the log and the network. The broker 
 - ``fetch_from_follower(...)`` for each partition of a follower's fetch: it fences
   the request, checks the follower's last fetched epoch against the epoch cache
   (a diverging epoch answer instead of data, KIP-320), records the follower's
-  progress, moves the high watermark and may propose adding the follower to the ISR;
+  progress (and log start: ``low_watermark``), moves the high watermark and may
+  propose adding the follower to the ISR;
 - ``maybe_shrink_isr(now_ms)`` periodically (every ``replica.lag.time.max.ms / 2``);
 - ``on_alter_partition_error()`` when the controller refuses a proposal;
 - ``begin_truncation(new_end)`` after cutting the log of a mirror topic
@@ -79,6 +80,7 @@ class ReplicaState:
 
     replica_id: int
     log_end_offset: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET  # as its last fetch in this epoch said
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
@@ -88,6 +90,7 @@ class ReplicaState:
         """A new leader epoch: forget progress made under the old one. ISR members get
         a full lag window to show up before they can be shrunk away."""
         self.log_end_offset = UNKNOWN_OFFSET
+        self.log_start_offset = UNKNOWN_OFFSET
         self.last_caught_up_ms = now_ms if in_isr else 0
         self.last_fetch_ms = 0
         self.last_fetch_leader_log_end_offset = UNKNOWN_OFFSET
@@ -120,6 +123,7 @@ class FollowerFetchResult:
     diverging_epoch: EpochEndOffset | None = None
     high_watermark_changed: bool = False
     alter_partition: AlterPartitionRequest | None = None
+    low_watermark_changed: bool = False  # the follower's log start raised it (DeleteRecords waits on it)
 
 
 class PartitionState:
@@ -206,6 +210,23 @@ class PartitionState:
 
     def follower(self, replica_id: int) -> ReplicaState:
         return self._followers[replica_id]
+
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset of the ISR: ours and each other member's as its
+        last fetch in this epoch said (-1: one has not fetched in it yet). Kafka's
+        ``lowWatermarkIfLeader``, over the ISR rather than every live replica: once
+        DeleteRecords' offset is below it, no replica that could be elected still
+        serves the deleted records (``DeleteRecordsPurgatory``)."""
+        low = self.log.log_start_offset
+        for replica_id in self._state.isr:
+            if replica_id == self.local_id:
+                continue
+            follower = self._followers.get(replica_id)
+            if follower is None or follower.log_start_offset == UNKNOWN_OFFSET:
+                return UNKNOWN_OFFSET
+            low = min(low, follower.log_start_offset)
+        return low
 
     @property
     def truncating(self) -> bool:
@@ -338,6 +359,7 @@ class PartitionState:
     def fetch_from_follower(
         self, replica_id: int, *, fetch_offset: int, last_fetched_epoch: int,
         current_leader_epoch: int, now_ms: int, broker_epoch: int = NO_BROKER_EPOCH,
+        log_start_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerFetchResult:
         hw = self._high_watermark
         error = check_leader_epoch(current_leader_epoch, self._state.leader_epoch)
@@ -356,12 +378,21 @@ class PartitionState:
             # it): what it holds now is not progress (Kafka's read fails before the
             # follower's fetch state is updated).
             return FollowerFetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw)
+        if NO_BROKER_EPOCH not in (broker_epoch, follower.broker_epoch) and broker_epoch < follower.broker_epoch:
+            # A fetch of an earlier incarnation of the follower, parked here before it
+            # restarted and re-read on a wake-up: not its progress any more.
+            return FollowerFetchResult(ErrorCode.STALE_BROKER_EPOCH, hw)
+        low = self.low_watermark
+        if broker_epoch == follower.broker_epoch:  # its log start only grows in one life and epoch
+            log_start_offset = max(log_start_offset, follower.log_start_offset)
         follower.on_fetch(fetch_offset, leader_log_end_offset=leader_end, now_ms=now_ms)
         follower.broker_epoch = broker_epoch
+        follower.log_start_offset = log_start_offset
         alter = self._maybe_bump_epoch() or self._maybe_expand_isr(follower)
         moved = self._maybe_increment_high_watermark()
         return FollowerFetchResult(
             ErrorCode.NONE, self._high_watermark, high_watermark_changed=moved, alter_partition=alter,
+            low_watermark_changed=self.low_watermark > low,
         )
 
     # ---- high watermark and ISR
