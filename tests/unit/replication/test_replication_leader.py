@@ -303,3 +303,40 @@ def test_a_restart_higher_with_the_leader_alone_in_the_isr_commits_at_once() -> 
     append(p, log, 2)
     assert p.high_watermark == 2
     assert restart_in_new_epoch(p, log, 50, isr=(1,)) and p.high_watermark == 50
+
+
+def test_the_low_watermark_is_the_isrs_smallest_log_start_as_their_fetches_said() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 10)
+
+    def follower_fetch(replica: int, log_start: int):  # type: ignore[no-untyped-def]
+        return p.fetch_from_follower(replica, fetch_offset=10, last_fetched_epoch=5, current_leader_epoch=5,
+                                     now_ms=0, log_start_offset=log_start)
+
+    assert p.low_watermark == -1  # 2 has not fetched in this epoch
+    follower_fetch(2, 0)
+    follower_fetch(3, 0)
+    log.delete_records(6)
+    assert p.low_watermark == 0  # 2 has not said it moved
+    assert follower_fetch(2, 6).low_watermark_changed and p.low_watermark == 6  # 3 is outside the ISR
+    p.apply(LeaderAndIsr(1, 6, (1, 2, 3), 11, (1, 2, 3)), now_ms=0)
+    assert p.low_watermark == -1  # a new epoch: nobody has said anything in it yet
+
+
+def test_a_fetch_of_an_earlier_incarnation_of_a_follower_is_not_progress() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 10)
+    log.delete_records(4)
+
+    def follower_fetch(offset: int, *, broker_epoch: int, log_start: int):  # type: ignore[no-untyped-def]
+        return p.fetch_from_follower(2, fetch_offset=offset, last_fetched_epoch=5, current_leader_epoch=5,
+                                     now_ms=0, broker_epoch=broker_epoch, log_start_offset=log_start)
+
+    follower_fetch(10, broker_epoch=21, log_start=4)
+    assert p.low_watermark == 4
+    # the same life re-read with an older log start (a parked fetch): the start stays
+    assert not follower_fetch(10, broker_epoch=21, log_start=0).low_watermark_changed and p.low_watermark == 4
+    follower_fetch(10, broker_epoch=22, log_start=0)  # it restarted: its new life counts
+    assert p.low_watermark == 0
+    stale = follower_fetch(10, broker_epoch=21, log_start=4)
+    assert stale.error == ErrorCode.STALE_BROKER_EPOCH and p.low_watermark == 0
