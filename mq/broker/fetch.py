@@ -109,6 +109,7 @@ def _read_for_follower(
     decision = state.fetch_from_follower(
         request.replica_id, fetch_offset=fp.fetch_offset, last_fetched_epoch=fp.last_fetched_epoch,
         current_leader_epoch=fp.current_leader_epoch, now_ms=now_ms, broker_epoch=request.replica_epoch,
+        log_start_offset=fp.log_start_offset,
     )
     node.follower_fetched(partition, decision)
     hw, start = decision.high_watermark, partition.log_start_offset

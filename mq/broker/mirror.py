@@ -14,10 +14,19 @@ commit's fsync under flush policy ``always``), ``acks=-1`` is refused below
 watermark covers every batch of the request, duplicates included (a retry after a
 timeout must not be acknowledged before the first attempt's records are replicated).
 
-A restart higher (``start_offset``) cuts the log fully and starts it at the new offset;
-followers replicate it as Kafka's do after retention: their next fetch, below the
-leader's log start, answers OFFSET_OUT_OF_RANGE with that log start, and they restart
-their own log there (``mq.replication.follower``).
+A restart higher (``start_offset``: the source's retention removed records before they
+were mirrored) cuts the log fully and starts it at the new offset. It is a fenced step,
+as a cut is: the leader first fences appends and asks the controller for a new leader
+epoch with the same leader and ISR (``PartitionState.begin_restart``), and parks the
+request; only once that epoch is in force, i.e. the controller quorum confirmed this
+broker still leads, is the request planned again and the log restarted (then the
+batches appended, and acks handled as for any append). A leader cut off from the quorum,
+or already replaced, never restarts its log: the request times out or is answered
+NOT_LEADER, and nothing changed. Nor does the restart move the high watermark by
+itself: it moves once every ISR member fetched from the new start. Followers replicate
+the restart as Kafka's do after retention: their next fetch, below the leader's log
+start, answers OFFSET_OUT_OF_RANGE with that log start, and they restart their own log
+there (``mq.replication.follower``).
 
 **MirrorTruncate** cuts a mirror topic's partition on every replica. Followers find
 divergence by leader epoch only, so a cut needs a new epoch starting at it (see
@@ -69,6 +78,18 @@ class _Truncation:
 
 
 @dataclass(slots=True)
+class _Restart:
+    """A MirrorAppend that restarts the log higher, waiting for a leader epoch newer than
+    the one it arrived in (``PartitionState.begin_restart``)."""
+
+    op_id: int
+    tp: TopicPartition
+    request: MirrorAppendRequest
+    leader_epoch: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
 class DelayedMirrorAppend:
     """An acks=1 MirrorAppend under flush policy ``always``, held until the fsync covers
     it (the broker's ``DelayedProduce`` interface)."""
@@ -96,10 +117,17 @@ class MirrorRequests:
         self._new_op_id = new_op_id
         self._complete = complete
         self._truncations: dict[int, _Truncation] = {}
+        self._restarts: dict[int, _Restart] = {}
 
     # ------------------------------------------------------------ MirrorAppend
 
     def append(self, request: MirrorAppendRequest, now_ms: int) -> Response | Pending:
+        return self._append(request, now_ms, deadline_ms=now_ms + max(0, request.timeout_ms))
+
+    def _append(self, request: MirrorAppendRequest, now_ms: int, *, deadline_ms: int,
+                restart: _Restart | None = None) -> Response | Pending:
+        """Plan and write ``request``; ``restart``: it waited for the new leader epoch of its
+        restart, which is in force now (answered under the same op id)."""
         node = self._node
         tp = TopicPartition(request.topic, request.partition)
         if request.acks not in (1, -1):
@@ -110,30 +138,37 @@ class MirrorRequests:
             return MirrorAppendResponse(*found)
         partition, state = found, found.leader
         assert state is not None
-        if state.truncating:
-            return _append_response(partition, truncating_refusal(tp))
         if request.acks == -1 and state.check_produce(-1) != ErrorCode.NONE:
             isr, minimum = list(state.isr), partition.config.min_insync_replicas
             return _append_response(partition, (
                 ErrorCode.NOT_ENOUGH_REPLICAS, f"{len(isr)} in-sync replica(s) {isr} < min.insync.replicas={minimum}"))
         try:
-            plan = self._apply(partition, request, now_ms)
+            plan = _plan(partition, request)
+            if plan.restart_at is not None and restart is None:
+                # (also while fenced: a retry of a restart joins the wait for the epoch)
+                return self._await_restart_epoch(partition, request, now_ms, deadline_ms)
+            if state.truncating:
+                return _append_response(partition, truncating_refusal(tp))
+            self._apply(partition, request, plan, now_ms)
         except LogCorruptedError as err:
             node.report_corruption(tp, err)
             return _append_response(partition, (err.code, f"stored data of {tp} failed its check: {err.problem}"))
         except MqError as err:
+            if state.truncating:  # the log is being cut or restarted: judge the request after that
+                return _append_response(partition, truncating_refusal(tp))
             node.stats.produce_failed(tp.topic)
             return _append_response(partition, (err.code, err.message))
         response = _append_response(partition, plan=plan)
+        op_id = restart.op_id if restart is not None else None
         if request.acks == 1:
             if plan.appended and node.config.log_flush_policy == FlushPolicy.ALWAYS:
-                op = DelayedMirrorAppend(self._new_op_id(), response, [(partition, partition.log.log_end_offset)])
+                op = DelayedMirrorAppend(op_id or self._new_op_id(), response,
+                                         [(partition, partition.log.log_end_offset)])
                 node.park_until_flushed(op)
                 return Pending(op.op_id, None)
             return response
-        op_id = self._new_op_id()
+        op_id = op_id or self._new_op_id()
         required = plan.end_offset if plan.end_offset >= 0 else partition.log.log_end_offset
-        timeout_ms = max(0, request.timeout_ms)
 
         def finish(completion: ProduceCompletion) -> Response:
             code = completion.errors.get(tp, ErrorCode.NONE)
@@ -141,21 +176,31 @@ class MirrorRequests:
             error = None if code == ErrorCode.NONE else (code, acks_all_message(code))
             return _append_response(current, error, plan=plan)
 
-        node.park_acks_all(op_id, tp, required, deadline_ms=now_ms + timeout_ms, finish=finish)
-        return Pending(op_id, timeout_ms)
+        node.park_acks_all(op_id, tp, required, deadline_ms=deadline_ms, finish=finish)
+        return Pending(op_id, max(0, deadline_ms - now_ms))
 
-    def _apply(self, partition: Partition, request: MirrorAppendRequest, now_ms: int) -> MirrorPlan:
+    def _await_restart_epoch(self, partition: Partition, request: MirrorAppendRequest, now_ms: int,
+                             deadline_ms: int) -> Pending:
+        """Fence the partition and ask for the new leader epoch the restart will happen
+        in (unless a proposal is in flight); the request waits for an epoch newer than
+        this one (``on_partition_update``), the log untouched."""
+        state = partition.leader
+        assert state is not None
+        proposal = state.begin_restart()
+        if proposal is not None:
+            self._node.propose_isr_change(proposal)
+        op = _Restart(self._new_op_id(), partition.tp, request, state.leader_epoch, deadline_ms)
+        self._restarts[op.op_id] = op
+        return Pending(op.op_id, max(0, deadline_ms - now_ms))
+
+    def _apply(self, partition: Partition, request: MirrorAppendRequest, plan: MirrorPlan, now_ms: int) -> None:
         node, log, state = self._node, partition.log, partition.leader
         assert state is not None
-        plan = plan_append(
-            request.records, log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset,
-            start_offset=request.start_offset, max_message_bytes=partition.config.max_message_bytes,
-            stored_batch=lambda offset: _stored_batch(log, offset), fetch_offset=request.fetch_offset)
         if plan.restart_at is not None:
             log.truncate_fully_and_start_at(plan.restart_at)
             partition.epoch_cache.clear()
             partition.epoch_cache.assign(state.leader_epoch, plan.restart_at)
-            state.on_log_start_moved(plan.restart_at)
+            state.on_log_restarted(plan.restart_at)
             node.log_start_moved(partition)
             node.partition_moved(partition.tp)
         if plan.appended:
@@ -164,7 +209,6 @@ class MirrorRequests:
                                             now_ms=now_ms, holes=request.fetch_offset >= 0)
             node.stats.produced(partition.tp.topic, info.record_count, info.size_bytes)
             node.appended(partition, now_ms=now_ms)
-        return plan
 
     # ------------------------------------------------------------ MirrorTruncate
 
@@ -200,12 +244,25 @@ class MirrorRequests:
         return Pending(op.op_id, max(0, request.timeout_ms))
 
     @property
-    def truncations_waiting(self) -> bool:
-        return bool(self._truncations)
+    def waiting(self) -> bool:
+        """A MirrorTruncate or a restarting MirrorAppend waits (``on_partition_update``)."""
+        return bool(self._truncations or self._restarts)
 
-    def on_partition_update(self, tp: TopicPartition) -> None:
-        """A follower fetched, the ISR or the leader epoch changed: answer the
-        truncations of ``tp`` that converged."""
+    def on_partition_update(self, tp: TopicPartition, *, now_ms: int) -> None:
+        """A follower fetched, the ISR or the leader epoch changed: write the restarts of
+        ``tp`` whose new leader epoch is in force, answer the truncations that converged."""
+        for restart in [op for op in self._restarts.values() if op.tp == tp]:
+            partition = self._node.partitions.get(tp)
+            state = None if partition is None else partition.leader
+            if state is None:
+                self.on_leadership_lost(tp)
+                return
+            if state.truncating or state.leader_epoch <= restart.leader_epoch:
+                continue
+            del self._restarts[restart.op_id]
+            result = self._append(restart.request, now_ms, deadline_ms=restart.deadline_ms, restart=restart)
+            if not isinstance(result, Pending):  # else parked under the same op id (acks, fsync)
+                self._complete(restart.op_id, result)
         for op in [op for op in self._truncations.values() if op.tp == tp]:
             partition = self._node.partitions.get(tp)
             if partition is None or partition.leader is None:
@@ -217,12 +274,25 @@ class MirrorRequests:
                 self._complete(op.op_id, answer)
 
     def on_leadership_lost(self, tp: TopicPartition) -> None:
+        for restart in [op for op in self._restarts.values() if op.tp == tp]:
+            del self._restarts[restart.op_id]
+            self._complete(restart.op_id, MirrorAppendResponse(
+                ErrorCode.NOT_LEADER, f"leadership of {tp} moved before the new leader epoch of its restart at a "
+                "higher log start was in force; nothing was changed; retry at the new leader"))
         for op in [op for op in self._truncations.values() if op.tp == tp]:
             del self._truncations[op.op_id]
             self._complete(op.op_id, MirrorTruncateResponse(
                 ErrorCode.NOT_LEADER, f"leadership of {tp} moved before every replica was cut; retry at the new leader"))
 
     def expire(self, op_id: int, *, now_ms: int) -> bool:
+        restart = self._restarts.pop(op_id, None)
+        if restart is not None:
+            partition = self._node.partitions.get(restart.tp)
+            message = (f"{restart.tp}: the restart at a higher log start waits for a new leader epoch, which "
+                       "the controller did not confirm within timeout_ms (this broker may be cut off from it); "
+                       "nothing was changed; retry")
+            self._complete(op_id, _append_response(partition, (ErrorCode.REQUEST_TIMED_OUT, message)))
+            return True
         op = self._truncations.pop(op_id, None)
         if op is None:
             return False
@@ -236,6 +306,7 @@ class MirrorRequests:
 
     def cancel(self, op_id: int) -> None:
         self._truncations.pop(op_id, None)
+        self._restarts.pop(op_id, None)
 
 
 def _mirror_leader(node: BrokerNode, tp: TopicPartition) -> Partition | tuple[ErrorCode, str]:
@@ -257,6 +328,14 @@ def _converged(partition: Partition) -> MirrorTruncateResponse | None:
     if state.truncating or not state.isr_fetched_in_epoch:
         return None
     return MirrorTruncateResponse(ErrorCode.NONE, "", partition.log.log_end_offset)
+
+
+def _plan(partition: Partition, request: MirrorAppendRequest) -> MirrorPlan:
+    log = partition.log
+    return plan_append(
+        request.records, log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset,
+        start_offset=request.start_offset, max_message_bytes=partition.config.max_message_bytes,
+        stored_batch=lambda offset: _stored_batch(log, offset), fetch_offset=request.fetch_offset)
 
 
 def _stored_batch(log: Log, offset: int) -> BatchHeader | None:

@@ -38,6 +38,7 @@ from mq.broker.log_cleaner import LogCleanerManager
 from mq.broker.meta import MetaProperties
 from mq.broker.mirror import DelayedMirrorAppend, MirrorRequests
 from mq.broker.offsets import (
+    DeleteRecordsWaits,
     handle_delete_records,
     handle_list_offsets,
     handle_offsets_for_leader_epoch,
@@ -53,7 +54,14 @@ from mq.core.rng import Rng
 from mq.core.types import FlushPolicy, TopicPartition
 from mq.metadata.image import MetadataImage
 from mq.protocol.codec import RequestHeader
-from mq.protocol.messages import ApiKey, FetchRequest, ProduceRequest, Request, Response
+from mq.protocol.messages import (
+    ApiKey,
+    DeleteRecordsRequest,
+    FetchRequest,
+    ProduceRequest,
+    Request,
+    Response,
+)
 from mq.replication import (
     AlterPartitionRequest,
     FollowerFetchResult,
@@ -104,6 +112,7 @@ class BrokerNode:
         self._published = False
         self._now_ms = 0
         self._acks_all = AcksAllWaits()
+        self._delete_waits = DeleteRecordsWaits()
         self._isr = IsrChanges()
         self._local_alter_ops: dict[int, int] = {}  # control op id -> our AlterPartition tag
         self._moved: dict[TopicPartition, None] = {}  # high watermark or ISR moved: re-check waiters
@@ -130,7 +139,7 @@ class BrokerNode:
             ApiKey.METADATA: lambda r, now: admin.handle_metadata(self, r),  # type: ignore[arg-type]
             ApiKey.DESCRIBE_CONFIGS: lambda r, now: admin.handle_describe_configs(self, r),  # type: ignore[arg-type]
             ApiKey.LIST_OFFSETS: lambda r, now: handle_list_offsets(self, r),  # type: ignore[arg-type]
-            ApiKey.DELETE_RECORDS: lambda r, now: handle_delete_records(self, r),  # type: ignore[arg-type]
+            ApiKey.DELETE_RECORDS: self._delete_records,  # type: ignore[dict-item]
             ApiKey.OFFSET_FOR_LEADER_EPOCH: lambda r, now: handle_offsets_for_leader_epoch(self, r),  # type: ignore[arg-type]
             ApiKey.PRODUCE: self._produce,  # type: ignore[dict-item]
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
@@ -269,6 +278,19 @@ class BrokerNode:
         self._delayed_produces[op.op_id] = op
         return Pending(op.op_id, None)
 
+    def _delete_records(self, request: DeleteRecordsRequest, now_ms: int) -> Response | Pending:
+        """Answered once each partition's low watermark reached its offset (see
+        ``mq.broker.offsets``)."""
+        outcome = handle_delete_records(self, request)
+        if not outcome.required_offsets:
+            return outcome.response
+        op_id = self._new_op_id()
+        timeout_ms = max(0, request.timeout_ms)
+        self._delete_waits.park(op_id, outcome, deadline_ms=now_ms + timeout_ms)
+        for tp in outcome.required_offsets:
+            self._moved[tp] = None
+        return Pending(op_id, timeout_ms)
+
     def park_acks_all(self, op_id: int, tp: TopicPartition, end_offset: int, *, deadline_ms: int,
                       finish: Callable[[ProduceCompletion], Response]) -> None:
         """An acks=all wait answered by ``finish`` (MirrorAppend)."""
@@ -310,7 +332,8 @@ class BrokerNode:
         op = self.purgatory.remove(op_id)
         if op is not None:
             self._completions.append((op_id, read_fetch(self, op.request, now_ms=now_ms).response))
-        elif op_id not in self._acks_all and not self.mirror.expire(op_id, now_ms=now_ms):
+        elif op_id not in self._acks_all and op_id not in self._delete_waits \
+                and not self.mirror.expire(op_id, now_ms=now_ms):
             self.control.expire(op_id, now_ms=now_ms)
         self._after(now_ms)
 
@@ -319,6 +342,7 @@ class BrokerNode:
         self.purgatory.remove(op_id)
         self._delayed_produces.pop(op_id, None)
         self._acks_all.discard(op_id)
+        self._delete_waits.cancel(op_id)
         self.mirror.cancel(op_id)
         self.control.cancel(op_id)
 
@@ -371,12 +395,12 @@ class BrokerNode:
 
     def follower_fetched(self, partition: Partition, decision: FollowerFetchResult) -> None:
         """A follower's fetch was recorded by the leader state."""
-        if decision.high_watermark_changed:
+        if decision.high_watermark_changed or decision.low_watermark_changed:
             self._moved[partition.tp] = None
         if decision.alter_partition is not None:
             self._isr.propose(decision.alter_partition)
-        if self.mirror.truncations_waiting:
-            self.mirror.on_partition_update(partition.tp)
+        if self.mirror.waiting:
+            self.mirror.on_partition_update(partition.tp, now_ms=self._now_ms)
 
     def log_start_moved(self, partition: Partition) -> None:
         partition.log_start_moved()
@@ -420,24 +444,30 @@ class BrokerNode:
                 self._completions.append((op.op_id, result.response))
 
     def _settle(self, now_ms: int) -> None:
-        """Re-check what waits on partitions whose high watermark or ISR moved, then
-        answer the acks=all requests that are settled or timed out."""
+        """Re-check what waits on partitions whose high watermark, low watermark or ISR
+        moved, then answer the DeleteRecords and acks=all requests that are settled or
+        timed out."""
         while self._moved:
             tp = next(iter(self._moved))
             del self._moved[tp]
             self._wake_fetches(tp)
             partition = self.partitions.get(tp)
             state = None if partition is None else partition.leader
-            if self.mirror.truncations_waiting:
-                self.mirror.on_partition_update(tp)
+            if self.mirror.waiting:
+                self.mirror.on_partition_update(tp, now_ms=now_ms)
             if state is not None:
                 self.produce_purgatory.on_partition_update(
                     tp, high_watermark=state.high_watermark, isr_size=len(state.isr),
                     min_insync_replicas=state.min_insync_replicas)
-        self._produce_deadline_ms = None
+                self._delete_waits.purgatory.on_low_watermark(tp, state.low_watermark)
+        deadlines: list[int | None] = []
+        if len(self._delete_waits.purgatory):
+            answers, deadline = self._delete_waits.poll(self, now_ms)
+            self._completions.extend(answers)
+            deadlines.append(deadline)
         if len(self.produce_purgatory):
             polled = self.produce_purgatory.poll(now_ms)
-            self._produce_deadline_ms = polled.next_deadline_ms
+            deadlines.append(polled.next_deadline_ms)
             for completion in polled.completed:
                 if self.groups.owns(completion.request_id):
                     self.groups.on_write_done(completion)
@@ -445,6 +475,7 @@ class BrokerNode:
                 response = self._acks_all.complete(completion)
                 if response is not None:
                     self._completions.append((completion.request_id, response))
+        self._produce_deadline_ms = min((d for d in deadlines if d is not None), default=None)
 
     # ------------------------------------------------------------ metadata
 
@@ -492,6 +523,7 @@ class BrokerNode:
                 f"at offset {offset} and fetches the rest from the leader"))
         for tp in result.leadership_lost:
             self.produce_purgatory.on_leadership_lost(tp)
+            self._delete_waits.purgatory.on_leadership_lost(tp)
             self.mirror.on_leadership_lost(tp)
             self._isr.forget(tp)
         for tp in result.removed:

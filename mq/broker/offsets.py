@@ -1,13 +1,20 @@
 """ListOffsets (earliest, latest, by timestamp), DeleteRecords and
 OffsetsForLeaderEpoch, all served by the partition's leader only.
 
-DeleteRecords answers as soon as the leader's log start moved (its ``low_watermark`` is
-the leader's, not Kafka's minimum over the ISR: there is no DeleteRecords purgatory).
-It wakes the followers' parked fetches; each follower takes the leader's log start from
-its next fetch answer and checkpoints it (``FollowerPartition._follow_log_start``)."""
+DeleteRecords moves the leader's log start at once and wakes the followers' parked
+fetches; each follower takes the leader's log start from its next fetch answer and
+checkpoints it (``FollowerPartition._follow_log_start``), and its fetch after that tells
+the leader. The answer waits (Kafka's ``DelayedDeleteRecords``, here in the
+``DeleteRecordsPurgatory``) until the partition's *low watermark*, the smallest log start
+of its in-sync replicas (``PartitionState.low_watermark``), reached the requested offset:
+then no replica that could be elected still serves the deleted records. An in-sync
+replica that does not fetch within ``timeout_ms`` makes it REQUEST_TIMED_OUT (the leader's
+records are deleted all the same; a retry waits again); a leadership change, NOT_LEADER.
+The ``low_watermark`` answered is that minimum."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from mq.broker.leadership import find_leader
@@ -31,6 +38,7 @@ from mq.protocol.messages import (
     ListOffsetsResponse,
     ListOffsetsTopicResponse,
 )
+from mq.replication import DeleteRecordsPurgatory, PurgatoryPoll
 
 if TYPE_CHECKING:
     from mq.broker.node import BrokerNode
@@ -65,33 +73,93 @@ def _list_offset(node: BrokerNode, tp: TopicPartition, p: ListOffsetsPartition) 
     return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, timestamp, offset, epoch)
 
 
-def handle_delete_records(node: BrokerNode, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsOutcome:
+    response: DeleteRecordsResponse
+    required_offsets: dict[TopicPartition, int]  # partitions whose low watermark must reach the offset
+
+
+def handle_delete_records(node: BrokerNode, request: DeleteRecordsRequest) -> DeleteRecordsOutcome:
     topics = []
+    required: dict[TopicPartition, int] = {}
     for topic in request.topics:
         results = []
         for p in topic.partitions:
-            results.append(_delete_records(node, TopicPartition(topic.name, p.partition), p.offset))
+            tp = TopicPartition(topic.name, p.partition)
+            result, offset = _delete_records(node, tp, p.offset)
+            results.append(result)
+            if offset is not None:
+                required[tp] = offset
         topics.append(DeleteRecordsTopicResult(topic.name, results))
-    return DeleteRecordsResponse(topics)
+    return DeleteRecordsOutcome(DeleteRecordsResponse(topics), required)
 
 
-def _delete_records(node: BrokerNode, tp: TopicPartition, offset: int) -> DeleteRecordsPartitionResult:
+def _delete_records(node: BrokerNode, tp: TopicPartition, offset: int) -> tuple[DeleteRecordsPartitionResult, int | None]:
+    """The partition's answer now, and the offset its low watermark must reach before
+    it is given (None: answered now)."""
     found = find_leader(node, tp)
     if isinstance(found, tuple):
-        return DeleteRecordsPartitionResult(tp.partition, found[0])
+        return DeleteRecordsPartitionResult(tp.partition, found[0]), None
     partition = found
     hw = partition.high_watermark
     target = hw if offset == -1 else offset
     if target < 0 or target > hw:
-        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, partition.log_start_offset)
-    if target <= partition.log_start_offset:
-        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, partition.log_start_offset)
-    try:
-        low = partition.log.delete_records(target)
-    except MqError as err:
-        return DeleteRecordsPartitionResult(tp.partition, err.code, partition.log_start_offset)
-    node.log_start_moved(partition)
-    return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, low)
+        return DeleteRecordsPartitionResult(tp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, partition.log_start_offset), None
+    if target > partition.log_start_offset:
+        try:
+            partition.log.delete_records(target)
+        except MqError as err:
+            return DeleteRecordsPartitionResult(tp.partition, err.code, partition.log_start_offset), None
+        node.log_start_moved(partition)
+    # Also when nothing moved here: a follower may not have taken an earlier one yet.
+    return DeleteRecordsPartitionResult(tp.partition, ErrorCode.NONE, partition.log_start_offset), target
+
+
+class DeleteRecordsWaits:
+    """DeleteRecords answers parked in the ``DeleteRecordsPurgatory`` by op id."""
+
+    def __init__(self) -> None:
+        self.purgatory = DeleteRecordsPurgatory()
+        self._responses: dict[int, DeleteRecordsResponse] = {}
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    def __contains__(self, op_id: int) -> bool:
+        return op_id in self._responses
+
+    def park(self, op_id: int, outcome: DeleteRecordsOutcome, *, deadline_ms: int) -> None:
+        self._responses[op_id] = outcome.response
+        self.purgatory.watch(op_id, outcome.required_offsets, deadline_ms=deadline_ms)
+
+    def cancel(self, op_id: int) -> None:
+        self._responses.pop(op_id, None)  # its purgatory entry ends unanswered
+
+    def poll(self, node: BrokerNode, now_ms: int) -> tuple[list[tuple[int, DeleteRecordsResponse]], int | None]:
+        """The answers due (each partition's final error and current low watermark) and
+        the next deadline."""
+        polled: PurgatoryPoll = self.purgatory.poll(now_ms)
+        answers = []
+        for completion in polled.completed:
+            response = self._responses.pop(completion.request_id, None)
+            if response is None:
+                continue
+            topics = []
+            for topic in response.topics:
+                parts = []
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition)
+                    code = completion.errors.get(tp)
+                    if code is None:  # answered at once (an error)
+                        parts.append(part)
+                        continue
+                    partition = node.partitions.get(tp)
+                    state = None if partition is None else partition.leader
+                    low = -1 if state is None else state.low_watermark
+                    parts.append(replace(part, error_code=code, low_watermark=low))
+                topics.append(replace(topic, partitions=parts))
+            answers.append((completion.request_id, replace(response, topics=topics)))
+        return answers, polled.next_deadline_ms
 
 
 def handle_offsets_for_leader_epoch(node: BrokerNode, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:

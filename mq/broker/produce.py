@@ -155,7 +155,7 @@ def _append(
 
 def refuse_writes(tp: TopicPartition, mirror_source_region: str, *, truncating: bool) -> tuple[ErrorCode, str] | None:
     """Produce to a mirror topic is refused, naming the region that writes it; while a
-    MirrorTruncate starts a new leader epoch nothing is appended (retriable)."""
+    MirrorTruncate or a restart starts a new leader epoch nothing is appended (retriable)."""
     if mirror_source_region:
         return ErrorCode.MIRROR_TOPIC_READ_ONLY, (
             f"topic {tp.topic} is a mirror of region {mirror_source_region}: produce in "
@@ -166,8 +166,8 @@ def refuse_writes(tp: TopicPartition, mirror_source_region: str, *, truncating: 
 
 
 def truncating_refusal(tp: TopicPartition) -> tuple[ErrorCode, str]:
-    return ErrorCode.NOT_LEADER, (f"{tp} was cut by a MirrorTruncate and waits for its new leader epoch; "
-                                  "retry in a moment")
+    return ErrorCode.NOT_LEADER, (f"{tp} was cut by a MirrorTruncate, or restarts at a higher log start, and "
+                                  "waits for its new leader epoch; retry in a moment")
 
 
 _ACKS_ALL_MESSAGES = {

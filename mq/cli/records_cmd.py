@@ -3,7 +3,9 @@
 As ``kafka-delete-records``: each partition's log start offset moves up to N, so the
 records below N are no longer readable (segments wholly below it are deleted). N may
 be at most the partition's high watermark; ``--before-offset end`` empties the
-partitions. Without ``--partition`` every partition of the topic is truncated.
+partitions. Without ``--partition`` every partition of the topic is truncated. The
+command returns once every in-sync replica moved its log start (the printed offset is
+the smallest of theirs).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def run_delete(args: argparse.Namespace) -> int:
                            f"{args.topic!r} ({exc.message})",
                            f"use an offset up to the log end (see `mq topic describe {args.topic}`) "
                            "or --before-offset end") from None
+        if exc.code == ErrorCode.REQUEST_TIMED_OUT:
+            raise CliError(f"not every in-sync replica of {args.topic!r} confirmed the new log start in time "
+                           f"({exc.message})",
+                           "the leaders already deleted the records: run the command again (a broker that "
+                           "stays down leaves the ISR after replica.lag.time.max.ms; see `mq status`)") from None
         raise
     rows = [{"topic": tp.topic, "partition": tp.partition, "log_start_offset": low[tp]} for tp in sorted(low)]
     if args.json:

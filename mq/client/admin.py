@@ -107,11 +107,23 @@ def _raise_all(failures: list[tuple[str, int, str]]) -> None:
     raise MqError(code, text)
 
 
+DELETE_RECORDS_LANE = "delete-records"
+DELETE_RECORDS_SLACK_MS = 5_000
+
+
+def _delete_records_error(p: m.DeleteRecordsPartitionResult) -> str:
+    if p.error_code == ErrorCode.REQUEST_TIMED_OUT:
+        return (f"the leader deleted the records, but not every in-sync replica moved its log start within "
+                f"the timeout (the smallest is at {p.low_watermark}); retry (a replica that stays down leaves "
+                "the ISR after replica.lag.time.max.ms)")
+    return ""
+
+
 async def _by_leader(cluster: ClusterClient, tps: list[TopicPartition], build, parse,
-                     timeout_ms: int) -> dict:
+                     timeout_ms: int, *, lane: str = "") -> dict:
     """Send one request per leader for ``tps``, retrying stale-routing errors with a
     metadata refresh until ``timeout_ms``. ``build(node_tps) -> request``;
-    ``parse(response) -> {tp: (code, value)}``."""
+    ``parse(response) -> {tp: (code, value)}`` (value: the error message for an error)."""
     deadline = cluster.now_ms() + timeout_ms
     results: dict = {}
     remaining = list(dict.fromkeys(tps))
@@ -136,7 +148,7 @@ async def _by_leader(cluster: ClusterClient, tps: list[TopicPartition], build, p
         retry = [tp for tp in last]
         for node, node_tps in by_node.items():
             try:
-                response = await cluster.request(node, build(node_tps))
+                response = await cluster.request(node, build(node_tps), lane=lane)
             except MqError as exc:
                 if not exc.retriable:
                     raise
@@ -193,6 +205,9 @@ class Admin:
         self._groups = GroupAdmin(self._client, request_timeout_ms=request_timeout_ms)
         self._mirror = MirrorAdmin(self._client, request_timeout_ms=request_timeout_ms,
                                    retry_backoff_ms=retry_backoff_ms)
+        # DeleteRecords waits up to request_timeout_ms at the leader: its connection waits
+        # longer, so the leader's own answer (REQUEST_TIMED_OUT) arrives.
+        self._client.lane_timeouts_ms[DELETE_RECORDS_LANE] = request_timeout_ms + DELETE_RECORDS_SLACK_MS
 
     async def start(self) -> None:
         await self._client.refresh_metadata()
@@ -323,7 +338,10 @@ class Admin:
     async def delete_records(self, offsets: Mapping[TopicPartition, int]
                              ) -> dict[TopicPartition, int]:
         """Move each partition's log start offset up to ``offset`` (-1: the high
-        watermark); returns the new low watermarks."""
+        watermark); returns the new low watermarks (the smallest log start of each
+        partition's in-sync replicas), once every in-sync replica moved its start. An
+        in-sync replica that does not within ``request_timeout_ms`` raises
+        REQUEST_TIMED_OUT (the leader deleted the records all the same)."""
         def build(tps: list[TopicPartition]) -> m.DeleteRecordsRequest:
             topics: dict[str, list[m.DeleteRecordsPartition]] = {}
             for tp in tps:
@@ -332,10 +350,12 @@ class Admin:
                                           timeout_ms=self.request_timeout_ms)
 
         def parse(response: m.DeleteRecordsResponse) -> dict:
-            return {TopicPartition(t.name, p.partition): (p.error_code, p.low_watermark)
+            return {TopicPartition(t.name, p.partition): (p.error_code, p.low_watermark if p.error_code == 0
+                                                          else _delete_records_error(p))
                     for t in response.topics for p in t.partitions}
 
-        return await _by_leader(self._client, list(offsets), build, parse, self.request_timeout_ms)
+        return await _by_leader(self._client, list(offsets), build, parse, self.request_timeout_ms,
+                                lane=DELETE_RECORDS_LANE)
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -41,7 +41,11 @@ class MirrorAppendRequest(Request):
     `MIRROR_DIVERGED`; above it is `MIRROR_OFFSET_GAP`, unless `start_offset` ≥ 0 is given
     and the partition ends at or below it: the partition then restarts empty at
     `start_offset` first (retention removed the source's records before they were
-    mirrored). The batches of one request must be contiguous, unless `fetch_offset` ≥ 0
+    mirrored). A restart is a fenced step: the leader first gets a new leader epoch from
+    the controller (refusing other appends meanwhile), then restarts and appends; if the
+    epoch does not come within `timeout_ms` the answer is `REQUEST_TIMED_OUT` and nothing
+    changed (retry), and the high watermark passes the new start only once the in-sync
+    replicas restarted too. The batches of one request must be contiguous, unless `fetch_offset` ≥ 0
     names the source offset they were fetched from: then, if it is at or below the log
     end, they may leave holes (a compacted source has no record there; neither may the
     mirror topic) and the first new batch may start past the log end; a `fetch_offset`

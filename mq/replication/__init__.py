@@ -1,5 +1,5 @@
 """Partition replication, sans-IO: leader epochs, the leader's ISR and high watermark,
-the follower's fetch and truncation, and the acks=all purgatory."""
+the follower's fetch and truncation, and the acks=all and DeleteRecords purgatories."""
 
 from mq.replication.epoch_cache import (
     EpochEndOffset,
@@ -11,7 +11,12 @@ from mq.replication.epoch_cache import (
 )
 from mq.replication.follower import FetchOutcome, FetchStatus, FollowerPartition, ReplicaFetcher
 from mq.replication.leader import FollowerFetchResult, PartitionState, ReplicaState
-from mq.replication.purgatory import ProduceCompletion, ProducePurgatory, PurgatoryPoll
+from mq.replication.purgatory import (
+    DeleteRecordsPurgatory,
+    ProduceCompletion,
+    ProducePurgatory,
+    PurgatoryPoll,
+)
 from mq.replication.types import (
     AlterPartitionRequest,
     LeaderAndIsr,
@@ -21,7 +26,7 @@ from mq.replication.types import (
 )
 
 __all__ = [
-    "AlterPartitionRequest", "EpochEndOffset", "EpochEntry", "FetchOutcome", "FetchStatus",
+    "AlterPartitionRequest", "DeleteRecordsPurgatory", "EpochEndOffset", "EpochEntry", "FetchOutcome", "FetchStatus",
     "FollowerFetchResult", "FollowerPartition", "LeaderAndIsr", "LeaderEpochCache",
     "LeaderEpochCheckpointFile", "PartitionState", "ProduceCompletion", "ProducePurgatory",
     "PurgatoryPoll", "ReplicaFetchResponse", "ReplicaFetcher", "ReplicaLog", "ReplicaState",

@@ -8,11 +8,13 @@ Kafka's ``Partition`` (leader half) without the log and the network. The broker 
 - ``fetch_from_follower(...)`` for each partition of a follower's fetch: it fences
   the request, checks the follower's last fetched epoch against the epoch cache
   (a diverging epoch answer instead of data, KIP-320), records the follower's
-  progress, moves the high watermark and may propose adding the follower to the ISR;
+  progress (and log start: ``low_watermark``), moves the high watermark and may
+  propose adding the follower to the ISR;
 - ``maybe_shrink_isr(now_ms)`` periodically (every ``replica.lag.time.max.ms / 2``);
 - ``on_alter_partition_error()`` when the controller refuses a proposal;
 - ``begin_truncation(new_end)`` after cutting the log of a mirror topic
-  (MirrorTruncate), ``on_log_start_moved(start)`` after restarting it higher.
+  (MirrorTruncate); ``begin_restart()`` before restarting it higher (a MirrorAppend's
+  ``start_offset``) and ``on_log_restarted(start)`` once it did, in the new epoch.
 
 Under flush policy ``always`` the broker passes ``flushed_offset`` and reports each
 fsync with ``on_local_flush``: the leader's own copy then counts only once durable
@@ -37,6 +39,18 @@ an AlterPartition with ``bump_leader_epoch``; when the controller's new epoch ar
 (``apply``) the epoch cache starts it at the cut, follower progress is forgotten, and
 each follower's next fetch (last fetched epoch E, past the cut) is answered with the
 diverging epoch (E, cut) instead of data, so it truncates there (KIP-101/279).
+
+A restart of the log higher up (the mirror's source lost records to retention before
+they were mirrored: the log restarts empty at the source's log start) is fenced the
+same way, but acted on only once the new epoch is in force: ``begin_restart`` fences
+appends and proposes the bump *before* anything changes, so a leader cut off from the
+controller quorum, or already deposed, never restarts its log. ``on_log_restarted``
+then keeps the high watermark where it is, below the new log start: the restart is
+committed, as any append, only once every ISR member fetched from the new start
+(a follower fetching below the leader's log start is answered OFFSET_OUT_OF_RANGE
+and restarts its own log there; its old progress does not count). A leader that
+raised its high watermark to the new start alone would see it go back when the
+quorum elected a replica that never restarted.
 """
 
 from __future__ import annotations
@@ -66,6 +80,7 @@ class ReplicaState:
 
     replica_id: int
     log_end_offset: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET  # as its last fetch in this epoch said
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
@@ -75,6 +90,7 @@ class ReplicaState:
         """A new leader epoch: forget progress made under the old one. ISR members get
         a full lag window to show up before they can be shrunk away."""
         self.log_end_offset = UNKNOWN_OFFSET
+        self.log_start_offset = UNKNOWN_OFFSET
         self.last_caught_up_ms = now_ms if in_isr else 0
         self.last_fetch_ms = 0
         self.last_fetch_leader_log_end_offset = UNKNOWN_OFFSET
@@ -107,6 +123,7 @@ class FollowerFetchResult:
     diverging_epoch: EpochEndOffset | None = None
     high_watermark_changed: bool = False
     alter_partition: AlterPartitionRequest | None = None
+    low_watermark_changed: bool = False  # the follower's log start raised it (DeleteRecords waits on it)
 
 
 class PartitionState:
@@ -129,7 +146,8 @@ class PartitionState:
         self._high_watermark = min(high_watermark, log.log_end_offset)
         self._pending: AlterPartitionRequest | None = None
         self._followers: dict[int, ReplicaState] = {}
-        self._truncating = False  # the log was cut; appends wait for the new leader epoch
+        # The log was cut (or is about to restart higher): appends wait for the new leader epoch.
+        self._truncating = False
         # Flush policy ``always``: the leader's own copy counts only once fsynced
         # (``on_local_flush``); None (``replicated``) counts the log end at once.
         self._flushed_offset = flushed_offset
@@ -194,8 +212,26 @@ class PartitionState:
         return self._followers[replica_id]
 
     @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset of the ISR: ours and each other member's as its
+        last fetch in this epoch said (-1: one has not fetched in it yet). Kafka's
+        ``lowWatermarkIfLeader``, over the ISR rather than every live replica: once
+        DeleteRecords' offset is below it, no replica that could be elected still
+        serves the deleted records (``DeleteRecordsPurgatory``)."""
+        low = self.log.log_start_offset
+        for replica_id in self._state.isr:
+            if replica_id == self.local_id:
+                continue
+            follower = self._followers.get(replica_id)
+            if follower is None or follower.log_start_offset == UNKNOWN_OFFSET:
+                return UNKNOWN_OFFSET
+            low = min(low, follower.log_start_offset)
+        return low
+
+    @property
     def truncating(self) -> bool:
-        """The log was cut and the new leader epoch is not in force yet: no appends."""
+        """The log was cut (MirrorTruncate) or waits to restart higher (a MirrorAppend's
+        ``start_offset``), and the new leader epoch is not in force yet: no appends."""
         return self._truncating
 
     @property
@@ -264,15 +300,27 @@ class PartitionState:
             return None
         return self._propose(self._state.isr, bump_leader_epoch=True)
 
-    def on_log_start_moved(self, log_start_offset: int) -> bool:
-        """The log restarted empty at ``log_start_offset`` above its old end (a mirror
-        whose source lost records to retention): nothing below it exists, so the high
-        watermark moves up to it (Kafka keeps it within [log start, log end] too).
-        Returns whether it moved."""
-        if log_start_offset > self._high_watermark:
-            self._high_watermark = log_start_offset
-            return True
-        return False
+    def begin_restart(self) -> AlterPartitionRequest | None:
+        """A MirrorAppend asks to restart the log empty above its end: fence appends and
+        propose the new leader epoch the restart will happen in (None: a proposal is in
+        flight; the next fetch or shrink check proposes it). The log is not touched
+        until the epoch is in force (``on_log_restarted``); see the module docstring."""
+        self._truncating = True
+        return self._maybe_bump_epoch()
+
+    def on_log_restarted(self, log_start_offset: int) -> bool:
+        """The log restarted empty at ``log_start_offset``, above its old end, in a
+        leader epoch the controller confirmed. The high watermark does not jump to the
+        new start: it moves as ever, once every ISR member fetched from there. Follower
+        progress below the start is forgotten (those logs restart too), and the
+        leader's own copy is durable up to it (the restart is fsynced on return).
+        Returns whether the high watermark moved (an ISR of the leader alone)."""
+        for follower in self._followers.values():
+            if follower.log_end_offset < log_start_offset:
+                follower.log_end_offset = UNKNOWN_OFFSET
+        if self._flushed_offset is not None:
+            self._flushed_offset = max(self._flushed_offset, log_start_offset)
+        return self._maybe_increment_high_watermark()
 
     # ---- produce
 
@@ -311,6 +359,7 @@ class PartitionState:
     def fetch_from_follower(
         self, replica_id: int, *, fetch_offset: int, last_fetched_epoch: int,
         current_leader_epoch: int, now_ms: int, broker_epoch: int = NO_BROKER_EPOCH,
+        log_start_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerFetchResult:
         hw = self._high_watermark
         error = check_leader_epoch(current_leader_epoch, self._state.leader_epoch)
@@ -324,14 +373,26 @@ class PartitionState:
             ours = self.epoch_cache.end_offset_for(last_fetched_epoch, leader_end)
             if ours.end_offset < fetch_offset or ours.epoch < last_fetched_epoch:
                 return FollowerFetchResult(ErrorCode.NONE, hw, diverging_epoch=ours)
-        if fetch_offset > leader_end:
+        if fetch_offset > leader_end or fetch_offset < self.log.log_start_offset:
+            # Below our log start the follower's log restarts at ours (the answer names
+            # it): what it holds now is not progress (Kafka's read fails before the
+            # follower's fetch state is updated).
             return FollowerFetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw)
+        if NO_BROKER_EPOCH not in (broker_epoch, follower.broker_epoch) and broker_epoch < follower.broker_epoch:
+            # A fetch of an earlier incarnation of the follower, parked here before it
+            # restarted and re-read on a wake-up: not its progress any more.
+            return FollowerFetchResult(ErrorCode.STALE_BROKER_EPOCH, hw)
+        low = self.low_watermark
+        if broker_epoch == follower.broker_epoch:  # its log start only grows in one life and epoch
+            log_start_offset = max(log_start_offset, follower.log_start_offset)
         follower.on_fetch(fetch_offset, leader_log_end_offset=leader_end, now_ms=now_ms)
         follower.broker_epoch = broker_epoch
+        follower.log_start_offset = log_start_offset
         alter = self._maybe_bump_epoch() or self._maybe_expand_isr(follower)
         moved = self._maybe_increment_high_watermark()
         return FollowerFetchResult(
             ErrorCode.NONE, self._high_watermark, high_watermark_changed=moved, alter_partition=alter,
+            low_watermark_changed=self.low_watermark > low,
         )
 
     # ---- high watermark and ISR

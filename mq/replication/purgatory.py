@@ -15,6 +15,11 @@ request). It completes when every partition is settled:
 The broker reports partition changes with ``on_partition_update`` /
 ``on_leadership_lost`` and calls ``poll(now_ms)``, which returns the finished
 requests in the order they were parked and when to poll again.
+
+``DeleteRecordsPurgatory`` is the same wait on another watermark (Kafka's
+``DelayedDeleteRecords``): a DeleteRecords request is answered once the partition's
+*low* watermark, the smallest log start offset of its in-sync replicas, reached the
+requested offset (``on_low_watermark``), or with NOT_LEADER / REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
 
-__all__ = ["DelayedProduce", "ProduceCompletion", "ProducePurgatory", "PurgatoryPoll"]
+__all__ = ["DelayedProduce", "DeleteRecordsPurgatory", "ProduceCompletion", "ProducePurgatory", "PurgatoryPoll"]
 
 
 @dataclass(slots=True)
@@ -81,15 +86,22 @@ class ProducePurgatory:
         self, tp: TopicPartition, *, high_watermark: int, isr_size: int, min_insync_replicas: int
     ) -> None:
         """The partition's high watermark or ISR moved: settle what it satisfies."""
+        error = ErrorCode.NONE if isr_size >= min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        self._settle(tp, high_watermark, error)
+
+    def _settle(self, tp: TopicPartition, watermark: int, error: ErrorCode) -> None:
+        """Settle, with ``error``, the requests waiting on ``tp`` whose offset ``watermark`` reached."""
         waiting = self._by_partition.get(tp)
         if not waiting:
             return
-        error = ErrorCode.NONE if isr_size >= min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         for request_id in list(waiting):
             delayed = self._waiting[request_id]
-            if high_watermark >= delayed.required_offsets[tp]:
+            if watermark >= delayed.required_offsets[tp]:
                 delayed.errors[tp] = error
                 del waiting[request_id]
+
+    def watches(self, tp: TopicPartition) -> bool:
+        return bool(self._by_partition.get(tp))
 
     def on_leadership_lost(self, tp: TopicPartition) -> None:
         for request_id in self._by_partition.pop(tp, {}):
@@ -115,3 +127,12 @@ class ProducePurgatory:
         for tp in [tp for tp, waiting in self._by_partition.items() if not waiting]:
             del self._by_partition[tp]
         return PurgatoryPoll(completed, next_deadline)
+
+
+class DeleteRecordsPurgatory(ProducePurgatory):
+    """DeleteRecords requests waiting for the low watermark (see the module docstring);
+    ``required_offsets`` are the offsets the log start must reach."""
+
+    def on_low_watermark(self, tp: TopicPartition, low_watermark: int) -> None:
+        """The partition's low watermark (``PartitionState.low_watermark``) may have moved."""
+        self._settle(tp, low_watermark, ErrorCode.NONE)

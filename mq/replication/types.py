@@ -73,6 +73,11 @@ class ReplicaFetchResponse:
 
 
 class LogEndView(Protocol):
+    """What the leader's partition state reads of its log: where it starts and ends."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
     @property
     def log_end_offset(self) -> int: ...
 

@@ -347,6 +347,9 @@ class Log:
             LogSegment.create(self.fileio, self.directory, offset, self._config, now_ms=created_ms)
         ]
         self._log_start_offset = offset
+        # Nothing below ``offset`` exists and the empty log is durable once this returns
+        # (a restart higher must not leave the recovery point below the log start).
+        self._recovery_point = offset
         self._dir_dirty = True
         self._after_truncation()
 

@@ -21,6 +21,7 @@ from mirror_model import SimMirror
 from mirror_scenario import MirrorRun, mirror_schedule
 
 import mirror.partition as mirror_partition
+import mq.broker.mirror as broker_mirror
 from mirror.partition import PartitionMirror
 from mq.broker.mirror import MirrorRequests
 from mq.broker.mirror_plan import MirrorPlan
@@ -31,6 +32,7 @@ from mq.protocol import messages as m
 from mq.protocol.batch_format import iter_batches
 from mq.protocol.mirror_messages import MirrorAppendRequest
 from mq.replication import FollowerPartition
+from mq.replication import PartitionState as LeaderPartitionState
 from mq.sim import run_seeds, seeds
 from mq.sim.scheduler import InvariantViolation
 
@@ -89,14 +91,16 @@ def test_the_checks_catch_a_target_that_appends_without_the_duplicate_check(monk
     """A MirrorAppend that is a plain append at the log end (Kafka's producer without
     idempotence, MirrorMaker 1's duplicates): a retried append whose first attempt was
     applied lands again at new offsets."""
+    def plain_plan(partition: Partition, request: MirrorAppendRequest) -> MirrorPlan:
+        return MirrorPlan(0, sum(1 for _ in iter_batches(request.records)), 0, None, -1)
+
     def plain_append(self: MirrorRequests, partition: Partition, request: MirrorAppendRequest,
-                     now_ms: int) -> MirrorPlan:
+                     plan: MirrorPlan, now_ms: int) -> None:
         state = partition.leader
         assert state is not None
-        batches = sum(1 for _ in iter_batches(request.records))
         partition.log.append_as_leader(request.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
         self._node.appended(partition, now_ms=now_ms)
-        return MirrorPlan(0, batches, 0, None, partition.log.log_end_offset)
+    monkeypatch.setattr(broker_mirror, "_plan", plain_plan)
     monkeypatch.setattr(MirrorRequests, "_apply", plain_append)
     caught = _first_caught(8, faults=LOST_ANSWERS)
     print(f"\ncaught the target without the duplicate check: {caught}")
@@ -226,3 +230,33 @@ def test_a_gap_behind_a_lagging_target_high_watermark_names_only_what_was_delete
     assert run.gap_records > 0
     with pytest.raises(InvariantViolation, match=r"claims \[24, 61\), which the target held"):
         mirror_schedule(6213, duration_ms=5_000, mirror_class=HighWatermarkGapMirror)
+
+
+def _restart_alone(self: MirrorRequests, partition: Partition, request: MirrorAppendRequest, now_ms: int,
+                   deadline_ms: int) -> object:
+    """The mutant of seed 6275 (before the fix): the leader restarts its log at once, with
+    no new leader epoch from the controller (and raises its high watermark alone, below)."""
+    return self._append(request, now_ms, deadline_ms=deadline_ms,
+                        restart=broker_mirror._Restart(self._new_op_id(), partition.tp, request, -1, deadline_ms))
+
+
+def _high_watermark_to_the_start(self: LeaderPartitionState, log_start_offset: int) -> bool:
+    moved = log_start_offset > self._high_watermark
+    self._high_watermark = max(self._high_watermark, log_start_offset)
+    return moved
+
+
+def test_seed_6275_an_isolated_target_leader_restarts_and_commits_nothing(monkeypatch) -> None:
+    """Seed 6275 (5 s): a target partition leader cut off from its region (the mirror still
+    reaches it) is asked to restart its log at the source's log start (a gap: retention
+    removed records before they were mirrored). It used to restart at once and raise its
+    high watermark to the new start alone (173 -> 205), which went back to 173 when the
+    region elected a replica that never restarted. The restart now waits for a new
+    leader epoch from the controller quorum, and only the ISR's fetches move the high
+    watermark; the old behaviour is caught by the same seed."""
+    run = mirror_schedule(6275, duration_ms=5_000)
+    assert run.gap_records > 0 and run.records > 0
+    monkeypatch.setattr(MirrorRequests, "_await_restart_epoch", _restart_alone)
+    monkeypatch.setattr(LeaderPartitionState, "on_log_restarted", _high_watermark_to_the_start)
+    with pytest.raises(InvariantViolation, match=r"orders-2 on broker 2: high watermark went back from 205 to 173"):
+        mirror_schedule(6275, duration_ms=5_000)

@@ -123,6 +123,10 @@ class Cluster:
         self.nodes: dict[int, BrokerNode] = {}
         self.down: set[int] = set()
         self.cut: set[frozenset[int]] = set()  # links that drop every message
+        # Nodes cut off from the controller: their requests to it stay unanswered until
+        # ``heal_controller`` fails them (as the shell's request timeout would).
+        self.controller_cut: set[int] = set()
+        self.controller_unanswered: list[tuple[int, int]] = []  # (node, tag)
         self.image = MetadataImage()
         self.offset = 0
         self.parked: dict[tuple[int, int], _Parked] = {}  # (node, op id) -> who waits
@@ -218,6 +222,13 @@ class Cluster:
             topics.append(ib.AlterPartitionTopicResult(topic.name, results))
         return ib.AlterPartitionResponse(topics)
 
+    def heal_controller(self) -> None:
+        self.controller_cut.clear()
+        unanswered, self.controller_unanswered = self.controller_unanswered, []
+        for node_id, tag in unanswered:
+            if node_id not in self.down:
+                self.nodes[node_id].on_response(tag, None, now_ms=self.now)
+
     # ---- network
 
     def linked(self, a: int, b: int) -> bool:
@@ -232,6 +243,9 @@ class Cluster:
             for out in self.nodes[source].take_outbound():
                 moved += 1
                 if out.destination == CONTROLLER:
+                    if source in self.controller_cut:
+                        self.controller_unanswered.append((source, out.tag))
+                        continue
                     response = self._alter_partition(out.request)  # type: ignore[arg-type]
                     self.nodes[source].on_response(out.tag, response, now_ms=self.now)
                     continue

@@ -6,6 +6,8 @@ Produce to a mirror topic is refused; MirrorTruncate converges on every replica.
 
 from __future__ import annotations
 
+import dataclasses
+
 from mq.broker.node import Pending
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
@@ -147,6 +149,65 @@ def test_an_empty_request_with_start_offset_moves_the_start_only():
     response = append(c, b"", start_offset=500)
     assert (response.error_code, response.log_start_offset, response.log_end_offset) == (ErrorCode.NONE, 500, 500)
     assert append(c, batch(500)).log_end_offset == 503
+
+
+def test_a_restart_waits_for_a_new_epoch_and_only_the_isr_commits_it():
+    """Seed 6275 of the mirror simulation in small: a leader cut off from its region
+    restarted its log alone and raised its high watermark to the new start, which went
+    back when the region elected a replica that never restarted. Now nothing changes
+    until the controller confirms the leadership with a new epoch, and then the high
+    watermark moves only once the ISR fetched from the new start."""
+    c = mirror_cluster()
+    append(c, batch(0))
+    c.cut.update({frozenset((1, 2)), frozenset((1, 3))})
+    c.controller_cut.add(1)
+    p = c.nodes[1].partitions[TP]
+    restart = MirrorAppendRequest("orders", 0, batch(100), acks=-1, start_offset=100, timeout_ms=1000)
+    pending = ask(c, 1, restart)
+    assert isinstance(pending, Pending)
+    c.settle()
+    assert c.result(1, pending) is None
+    fenced = ask(c, 1, MirrorAppendRequest("orders", 0, batch(3), acks=1))
+    assert fenced.error_code == ErrorCode.NOT_LEADER and "new leader epoch" in fenced.error_message  # type: ignore[union-attr]
+    c.advance(1000)
+    timed_out = c.result(1, pending)
+    assert isinstance(timed_out, MirrorAppendResponse) and timed_out.error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert "nothing was changed" in timed_out.error_message
+    assert (p.log.log_start_offset, p.log.log_end_offset, p.high_watermark) == (0, 3, 3)
+    # the controller answers again (the followers are still cut off): the retry restarts
+    # the log in a new epoch, but the high watermark stays below the new start
+    c.heal_controller()
+    epoch = c.image.partition(TP).leader_epoch
+    pending = ask(c, 1, dataclasses.replace(restart, timeout_ms=5000))
+    assert isinstance(pending, Pending)
+    c.settle()
+    assert c.image.partition(TP).leader_epoch > epoch
+    assert (p.log.log_start_offset, p.log.log_end_offset, p.high_watermark) == (100, 103, 3)
+    assert c.result(1, pending) is None  # acks=-1: not committed yet
+    c.cut.clear()
+    c.run(1500)  # the followers' fetches (after their backoff), below the new start, restart them there
+    response = c.result(1, pending)
+    assert isinstance(response, MirrorAppendResponse) and response.error_code == ErrorCode.NONE, response
+    assert (response.log_start_offset, response.log_end_offset, response.high_watermark) == (100, 103, 103)
+    for n in (2, 3):
+        assert stored(c, n) == [batch(100)]
+
+
+def test_a_restart_asked_of_a_deposed_leader_changes_nothing():
+    c = mirror_cluster()
+    append(c, batch(0))
+    c.controller_cut.add(1)
+    pending = ask(c, 1, MirrorAppendRequest("orders", 0, batch(100), start_offset=100, timeout_ms=5000))
+    assert isinstance(pending, Pending)
+    c.elect(TP, 2)  # the region moved on while broker 1 waited for its new epoch
+    c.settle()
+    moved = c.result(1, pending)
+    assert isinstance(moved, MirrorAppendResponse) and moved.error_code == ErrorCode.NOT_LEADER, moved
+    p = c.nodes[1].partitions[TP]
+    assert (p.log.log_start_offset, p.log.log_end_offset, p.high_watermark) == (0, 3, 3)
+    assert append(c, batch(100), node_id=2, start_offset=100).error_code == ErrorCode.NONE
+    c.advance(600)
+    assert stored(c, 1) == [batch(100)]
 
 
 def test_not_a_mirror_topic_and_produce_to_a_mirror_topic():

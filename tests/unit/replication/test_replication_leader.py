@@ -262,7 +262,81 @@ def test_a_deliberate_cut_lowers_the_high_watermark_fences_and_asks_for_a_new_ep
     assert p.isr_fetched_in_epoch
 
 
-def test_a_restart_higher_moves_the_high_watermark_to_the_log_start() -> None:
-    p, _ = leader(isr=(1, 2))
-    assert p.on_log_start_moved(100) and p.high_watermark == 100
-    assert not p.on_log_start_moved(50) and p.high_watermark == 100
+def restart_in_new_epoch(p: PartitionState, log: MemLog, start: int, *, isr: tuple[int, ...]) -> bool:
+    """What the broker does for a MirrorAppend with ``start_offset``: fence, get the new
+    epoch from the controller, then restart the log and tell the leader state."""
+    proposal = p.begin_restart()
+    assert p.truncating and proposal is not None and proposal.bump_leader_epoch and proposal.new_isr == isr
+    p.apply(LeaderAndIsr(1, p.leader_epoch + 1, isr, p.partition_epoch + 1, (1, 2, 3)), now_ms=0)
+    assert not p.truncating
+    log.truncate_fully_and_start_at(start)
+    p.epoch_cache.clear()
+    p.epoch_cache.assign(p.leader_epoch, start)
+    return p.on_log_restarted(start)
+
+
+def test_a_restart_higher_waits_for_its_epoch_and_only_the_isr_commits_it() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 4)
+    fetch(p, 2, 4)
+    assert p.high_watermark == 4
+    proposal = p.begin_restart()
+    assert proposal is not None and p.truncating
+    assert (log.log_start_offset, log.log_end_offset, p.high_watermark) == (0, 4, 4)  # untouched until the epoch
+    p.on_alter_partition_error()  # refused (e.g. a concurrent ISR change): the next fetch proposes again
+    assert fetch(p, 2, 4).alter_partition.bump_leader_epoch  # type: ignore[union-attr]
+    p.on_alter_partition_error()
+    # in the new epoch the log restarts at 100, but the high watermark stays: not alone
+    assert not restart_in_new_epoch(p, log, 100, isr=(1, 2))
+    assert (log.log_start_offset, log.log_end_offset, p.high_watermark) == (100, 100, 4)
+    # the follower's fetch below the new start is not progress: it is told to restart
+    below = fetch(p, 2, 4, last_fetched_epoch=5)
+    assert below.error == ErrorCode.OFFSET_OUT_OF_RANGE and p.high_watermark == 4
+    append(p, log, 3)
+    assert p.high_watermark == 4
+    assert fetch(p, 2, 100, last_fetched_epoch=-1).high_watermark == 100  # restarted there
+    assert fetch(p, 2, 103).high_watermark == 103
+
+
+def test_a_restart_higher_with_the_leader_alone_in_the_isr_commits_at_once() -> None:
+    p, log = leader(isr=(1,))
+    append(p, log, 2)
+    assert p.high_watermark == 2
+    assert restart_in_new_epoch(p, log, 50, isr=(1,)) and p.high_watermark == 50
+
+
+def test_the_low_watermark_is_the_isrs_smallest_log_start_as_their_fetches_said() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 10)
+
+    def follower_fetch(replica: int, log_start: int):  # type: ignore[no-untyped-def]
+        return p.fetch_from_follower(replica, fetch_offset=10, last_fetched_epoch=5, current_leader_epoch=5,
+                                     now_ms=0, log_start_offset=log_start)
+
+    assert p.low_watermark == -1  # 2 has not fetched in this epoch
+    follower_fetch(2, 0)
+    follower_fetch(3, 0)
+    log.delete_records(6)
+    assert p.low_watermark == 0  # 2 has not said it moved
+    assert follower_fetch(2, 6).low_watermark_changed and p.low_watermark == 6  # 3 is outside the ISR
+    p.apply(LeaderAndIsr(1, 6, (1, 2, 3), 11, (1, 2, 3)), now_ms=0)
+    assert p.low_watermark == -1  # a new epoch: nobody has said anything in it yet
+
+
+def test_a_fetch_of_an_earlier_incarnation_of_a_follower_is_not_progress() -> None:
+    p, log = leader(isr=(1, 2))
+    append(p, log, 10)
+    log.delete_records(4)
+
+    def follower_fetch(offset: int, *, broker_epoch: int, log_start: int):  # type: ignore[no-untyped-def]
+        return p.fetch_from_follower(2, fetch_offset=offset, last_fetched_epoch=5, current_leader_epoch=5,
+                                     now_ms=0, broker_epoch=broker_epoch, log_start_offset=log_start)
+
+    follower_fetch(10, broker_epoch=21, log_start=4)
+    assert p.low_watermark == 4
+    # the same life re-read with an older log start (a parked fetch): the start stays
+    assert not follower_fetch(10, broker_epoch=21, log_start=0).low_watermark_changed and p.low_watermark == 4
+    follower_fetch(10, broker_epoch=22, log_start=0)  # it restarted: its new life counts
+    assert p.low_watermark == 0
+    stale = follower_fetch(10, broker_epoch=21, log_start=4)
+    assert stale.error == ErrorCode.STALE_BROKER_EPOCH and p.low_watermark == 0

@@ -4,7 +4,7 @@ import pytest
 
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
-from mq.replication import ProducePurgatory
+from mq.replication import DeleteRecordsPurgatory, ProducePurgatory
 
 A = TopicPartition("t", 0)
 B = TopicPartition("t", 1)
@@ -89,3 +89,20 @@ def test_completions_come_in_parking_order() -> None:
         p.watch(request_id, {A: request_id}, deadline_ms=1_000)
     p.on_partition_update(A, high_watermark=9, isr_size=2, min_insync_replicas=1)
     assert [c.request_id for c in p.poll(0).completed] == [5, 3, 9]
+
+
+def test_delete_records_waits_for_the_low_watermark_not_the_high_watermark() -> None:
+    p = DeleteRecordsPurgatory()
+    p.watch(3, {A: 20, B: 5}, deadline_ms=500)
+    assert p.watches(A) and p.watches(B)
+    p.on_partition_update(A, high_watermark=30, isr_size=3, min_insync_replicas=2)  # not what it waits for
+    p.on_low_watermark(A, 19)
+    assert p.poll(0).completed == []
+    p.on_low_watermark(A, 20)
+    assert not p.watches(A) and p.poll(0).completed == []  # B still waits
+    p.on_leadership_lost(B)
+    (done,) = p.poll(0).completed
+    assert (done.request_id, done.errors) == (3, {A: OK, B: ErrorCode.NOT_LEADER})
+    p.watch(4, {A: 40}, deadline_ms=500)
+    (late,) = p.poll(500).completed
+    assert late.errors == {A: ErrorCode.REQUEST_TIMED_OUT} and late.timed_out
