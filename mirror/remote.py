@@ -356,20 +356,27 @@ def should_forward(provenance: Provenance | None, route: Route) -> Decision:
     return FORWARD
 
 
-def forward_headers(headers: Headers, route: Route, *, partition: int, offset: int,
-                    timestamp: int) -> tuple[Decision, tuple[tuple[str, bytes], ...]]:
-    """One record's decision and, when forwarded, the headers of its copy. A malformed
-    provenance is a ``Decision`` not to forward, with the decoder's message."""
+def forward_copy(headers: Headers, route: Route, *, partition: int, offset: int,
+                 timestamp: int) -> tuple[Decision, Provenance | None, tuple[tuple[str, bytes], ...]]:
+    """One record's decision and, when forwarded, the provenance and headers of its copy.
+    A malformed provenance is a ``Decision`` not to forward, with the decoder's message."""
     try:
         current = decode_provenance(headers)
     except ProvenanceError as exc:
-        return Decision(False, exc.message), ()
+        return Decision(False, exc.message), None, ()
     decision = should_forward(current, route)
     if not decision:
-        return decision, ()
+        return decision, None, ()
     p = next_provenance(current, source_region=route.source_region, target_region=route.target_region,
                         partition=partition, offset=offset, timestamp=timestamp)
-    return decision, with_provenance(headers, p)
+    return decision, p, with_provenance(headers, p)
+
+
+def forward_headers(headers: Headers, route: Route, *, partition: int, offset: int,
+                    timestamp: int) -> tuple[Decision, tuple[tuple[str, bytes], ...]]:
+    """``forward_copy`` without the provenance."""
+    decision, _, out = forward_copy(headers, route, partition=partition, offset=offset, timestamp=timestamp)
+    return decision, out
 
 
 # ---------------------------------------------------------------------------- topics
