@@ -14,8 +14,8 @@ One task per source partition, each a loop:
    (``DedupeIndex.admit``); a record left out is counted, never written;
 4. **write** the rest to the remote partition (same partition number, the source's
    timestamps, provenance headers) with a plain producer (``acks=all``, no retries, no
-   idempotence), in writes of at most ``write_max_bytes`` so each is one record batch —
-   appended whole or not at all — with one write in flight per partition, in order;
+   idempotence): each write is one record batch (``Producer.send_batch``), appended whole
+   or not at all, of at most ``write_max_bytes``, one in flight per partition, in order;
 5. after the acknowledgement, feed the written ``(source offset, target offset)`` pairs to
    the ``OffsetSyncEmitter`` and write the syncs it emits.
 
@@ -36,11 +36,10 @@ from mirror.latency import LatencyWindow
 from mirror.metrics import FlowMetrics
 from mirror.offset_syncs import send_offset_syncs
 from mirror.partition import Gap, PartitionState, PartitionStatus
-from mirror.remote import Route, forward_copy
+from mirror.remote import Route, Stamper
 from mirror.translation import OffsetSyncEmitter, OffsetSyncStore
 from mq.client import Admin, Producer
 from mq.client.cluster import cancel_tasks
-from mq.client.internals.accumulator import record_cost
 from mq.client.mirror_admin import OffsetOutOfRange, RawFetch
 from mq.core.clock import Clock
 from mq.core.errors import MqError
@@ -50,7 +49,9 @@ from mq.protocol.record_batch import decode_record_columns, iter_batches
 
 log = logging.getLogger("mirror")
 
-Write = tuple[int, int, "bytes | None", "bytes | None", tuple, int]  # offset, ts, key, value, headers, cost
+RECORD_BYTES = 200  # a record's share of a write besides key and value: its headers, provenance included
+
+Write = tuple[int, int, "bytes | None", "bytes | None", tuple, int]  # offset, ts, key, value, headers, bytes
 
 
 class PartitionBlocked(Exception):
@@ -106,9 +107,10 @@ class BatchFetcher:
 class RemotePartition:
     """What the flow knows about one source partition and its remote partition."""
 
-    def __init__(self, tp: TopicPartition, remote_topic: str, *, offset_lag_max: int,
+    def __init__(self, tp: TopicPartition, remote_topic: str, route: Route, *, offset_lag_max: int,
                  offset_sync_interval_ms: int) -> None:
         self.tp = tp
+        self.stamper = Stamper(route, tp.partition)
         self.remote_tp = TopicPartition(remote_topic, tp.partition)
         self.emitter = OffsetSyncEmitter(tp, offset_lag_max=offset_lag_max, interval_ms=offset_sync_interval_ms)
         self.index = DedupeIndex()
@@ -190,7 +192,7 @@ class ActiveCopier:
             if task is not None:
                 task.cancel()
         for tp in sorted(set(remote) - set(self.partitions)):
-            rp = RemotePartition(tp, remote[tp], offset_lag_max=self.offset_lag_max,
+            rp = RemotePartition(tp, remote[tp], self.route, offset_lag_max=self.offset_lag_max,
                                  offset_sync_interval_ms=self.offset_sync_interval_ms)
             self.partitions[tp] = rp
             self._tasks[tp] = asyncio.get_running_loop().create_task(self._run_partition(rp))
@@ -353,7 +355,7 @@ class ActiveCopier:
         writes: list[Write] = []
         next_offset = offset
         seen = 0
-        partition = rp.tp.partition
+        copy, admit = rp.stamper.copy, rp.index.admit_origin
         for pos, header in iter_batches(view):
             if header.next_offset <= offset:
                 continue
@@ -366,14 +368,15 @@ class ActiveCopier:
                 if o < offset:
                     continue
                 seen += 1
-                decision, p, out = forward_copy(headers, self.route, partition=partition, offset=o, timestamp=ts)
-                if not decision or p is None:
+                decision, origin, origin_offset, out = copy(headers, o, ts)
+                if not decision or origin is None:
                     rp.not_forwarded += 1
                     continue
-                if not rp.index.admit(p):
+                if not admit(origin, origin_offset):
                     rp.duplicates += 1
                     continue
-                writes.append((o, ts, key, value, out, record_cost(key, value, out)))
+                size = RECORD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+                writes.append((o, ts, key, value, out, size))
         if next_offset == offset:
             return None  # nothing new (a long poll that ended empty)
         return Fetched(writes, next_offset, seen)
@@ -390,9 +393,8 @@ class ActiveCopier:
                 size += writes[j][5]
                 j += 1
             group = writes[i:j]
-            futures = [self.producer.send(topic, value, key=key, headers=headers, partition=partition,
-                                          timestamp_ms=ts) for _, ts, key, value, headers, _ in group]
-            metas = [await f for f in futures]
+            base = await self.producer.send_batch(topic, partition, [(key, value, headers, ts)
+                                                                    for _, ts, key, value, headers, _ in group])
             wall, now = self.clock.wall_ms(), self.clock.monotonic_ms()
             rp.records_mirrored += len(group)
             rp.bytes_mirrored += size
@@ -400,7 +402,7 @@ class ActiveCopier:
             latency = max(0, wall - rp.last_ts)
             rp.latency.add(wall, latency)
             self.metrics.observe_latencies(rp.tp.topic, rp.tp.partition, (latency,))
-            self._emit(rp.emitter.on_written([(w[0], m.offset) for w, m in zip(group, metas, strict=True)], now))
+            self._emit(rp.emitter.on_written([(w[0], base + k) for k, w in enumerate(group)], now))
             i = j
 
     def _emit(self, syncs: list) -> None:

@@ -39,10 +39,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from mirror.remote import Headers, Provenance, ProvenanceError, decode_provenance
+from mirror.remote import Headers, OriginKey, Provenance, ProvenanceError, decode_provenance
 from mirror.translation import OffsetSync
 
-OriginKey = tuple[str, int]  # (origin region, origin partition)
 FIRST_WINDOW = 16  # records read back from the end first when no sync can be used
 
 
@@ -60,11 +59,14 @@ class DedupeIndex:
 
     def admit(self, p: Provenance) -> bool:
         """True: a new record, to write (and now counted as written); False: a duplicate."""
-        key = (p.origin_region, p.origin_partition)
-        if p.origin_offset <= self.high.get(key, -1):
+        return self.admit_origin((p.origin_region, p.origin_partition), p.origin_offset)
+
+    def admit_origin(self, key: OriginKey, origin_offset: int) -> bool:
+        """``admit`` by origin (region, partition) and offset (``Stamper.copy``'s answer)."""
+        if origin_offset <= self.high.get(key, -1):
             self.duplicates += 1
             return False
-        self.high[key] = p.origin_offset
+        self.high[key] = origin_offset
         return True
 
 

@@ -240,6 +240,7 @@ def _check_provenance(p: Provenance) -> None:
 
 
 Headers = Sequence[tuple[str, bytes]]
+OriginKey = tuple[str, int]  # (origin region, origin partition)
 
 
 def encode_provenance(p: Provenance) -> tuple[tuple[str, bytes], ...]:
@@ -377,6 +378,32 @@ def forward_headers(headers: Headers, route: Route, *, partition: int, offset: i
     """``forward_copy`` without the provenance."""
     decision, _, out = forward_copy(headers, route, partition=partition, offset=offset, timestamp=timestamp)
     return decision, out
+
+
+class Stamper:
+    """``forward_copy`` for one partition of a flow, with a fast path for the common
+    record: one produced in the source (no provenance), whose copy's headers are built
+    from bytes prepared once. ``copy`` returns ``(decision, (origin region, origin
+    partition), origin offset, headers)``; the last three are empty when not forwarded."""
+
+    def __init__(self, route: Route, partition: int) -> None:
+        self.route = route
+        self.partition = partition
+        self.origin = (route.source_region, partition)
+        self._head = ((ORIGIN_REGION, route.source_region.encode()), (ORIGIN_PARTITION, b"%d" % partition))
+        self._tail = ((HOPS, b"1"), (PATH, f"{route.source_region},{route.target_region}".encode()))
+        self._local = route.source_region != route.target_region
+
+    def copy(self, headers: Headers, offset: int, timestamp: int
+             ) -> tuple[Decision, OriginKey | None, int, tuple[tuple[str, bytes], ...]]:
+        if self._local and not any(name in _PROVENANCE_SET for name, _ in headers):
+            return FORWARD, self.origin, offset, (*headers, *self._head, (ORIGIN_OFFSET, b"%d" % offset),
+                                                   (ORIGIN_TIMESTAMP, b"%d" % timestamp), *self._tail)
+        decision, p, out = forward_copy(headers, self.route, partition=self.partition, offset=offset,
+                                        timestamp=timestamp)
+        if p is None:
+            return decision, None, -1, ()
+        return decision, (p.origin_region, p.origin_partition), p.origin_offset, out
 
 
 # ---------------------------------------------------------------------------- topics

@@ -260,3 +260,21 @@ def test_a_chain_with_forwarding_reaches_the_end_with_the_whole_path() -> None:
 def test_a_two_region_ring_with_identity_names_stops_after_one_hop() -> None:
     copies = propagate([("east", "west", True), ("west", "east", True)], IdentityReplicationPolicy(), "east")
     assert [(r, n, p.hops) for r, n, p in copies] == [("west", "orders", 1)]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(["a", "trace", *PROVENANCE_HEADERS]), st.binary(max_size=12)), max_size=4),
+       st.booleans(), st.integers(0, 2**40), st.integers(-(2**40), 2**40))
+def test_the_stamper_decides_and_stamps_as_forward_copy_does(headers: list, forward: bool, offset: int,
+                                                             ts: int) -> None:
+    from mirror.remote import Stamper, forward_copy
+
+    route = Route("east", "west", forward)
+    stamped = [headers, [h for h in headers if h[0] not in PROVENANCE_HEADERS],
+               [*headers[:1], *encode_provenance(Provenance("south", 2, 9, 1, ("south", "east")))]]
+    for hs in stamped:
+        decision, origin, origin_offset, out = Stamper(route, 2).copy(hs, offset, ts)
+        want, p, want_out = forward_copy(hs, route, partition=2, offset=offset, timestamp=ts)
+        assert (bool(decision), decision.reason, out) == (bool(want), want.reason, want_out)
+        if p is not None:
+            assert (origin, origin_offset) == ((p.origin_region, p.origin_partition), p.origin_offset)
