@@ -288,9 +288,9 @@ class ActiveCopier:
                 raw = await self.target.fetch_raw(rtp, offset, self.partition_max_bytes)
                 if not raw.records:
                     break
-                pairs = [(o, h) for o, h in _offsets_and_headers(raw.records) if o >= offset]
-                scan.feed(pairs)
-                offset = max(offset + 1, pairs[-1][0] + 1) if pairs else stop
+                pairs, next_offset = _offsets_and_headers(raw.records)
+                scan.feed([(o, h) for o, h in pairs if o >= offset])
+                offset = max(offset + 1, next_offset)
             scan.finish_read()
         assert scan.result is not None
         rp.index, rp.fetch_offset, rp.resume_reason = scan.result.index, scan.result.fetch_offset, scan.result.reason
@@ -424,12 +424,15 @@ class ActiveCopier:
             log.info("event=offset_sync_failed flow=%s error=%s", self.flow, exc)
 
 
-def _offsets_and_headers(records: bytes) -> list[tuple[int, tuple]]:
+def _offsets_and_headers(records: bytes) -> tuple[list[tuple[int, tuple]], int]:
+    """Every record's offset and headers, and the offset after the last batch."""
     view = memoryview(records)
     out: list[tuple[int, tuple]] = []
+    next_offset = -1
     for pos, header in iter_batches(view):
+        next_offset = header.next_offset
         if header.is_control:
             continue
         cols = decode_record_columns(view[pos:pos + header.size])
         out.extend(zip(cols.offsets, cols.headers, strict=True))
-    return out
+    return out, next_offset

@@ -26,7 +26,7 @@ from mirror.translation import (
 from mq.client import Admin, Producer
 from mq.core.errors import MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
-from mq.protocol.record_batch import iter_records
+from mq.protocol.record_batch import decode_records, iter_batches
 
 log = logging.getLogger("mirror")
 
@@ -55,11 +55,13 @@ async def read_topic(admin: Admin, tp: TopicPartition, *, max_records: int | Non
         raw = await admin.fetch_raw(tp, offset, READ_BYTES)
         if not raw.records:
             break
-        for record in iter_records(raw.records):
-            if offset <= record.offset < end:
-                out.append(record)
-                offset = record.offset + 1
-        offset = max(offset, raw.log_start_offset)
+        view = memoryview(raw.records)
+        next_offset = offset
+        for pos, header in iter_batches(view):
+            next_offset = max(next_offset, header.next_offset)
+            if not header.is_control:
+                out += [r for r in decode_records(view[pos:pos + header.size]) if offset <= r.offset < end]
+        offset = max(offset + 1, next_offset, raw.log_start_offset)
     return out
 
 

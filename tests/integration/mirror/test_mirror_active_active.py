@@ -1,6 +1,6 @@
 """Active-active through the real `mq` command in a scratch directory: `mq up` of two one-broker
-regions with a flow each way in `mode: active-active`, produce in both regions while the
-east -> west mirror is SIGKILLed and restarted (by `mq up` again) three times, then read west's
+regions with a flow each way in `mode: active-active`, produce in both regions (east all along)
+while the east -> west mirror is SIGKILLed and restarted (by `mq up` again) three times, then read west's
 `orders` and `east.orders` together with `mq consume --include`: every record once, with the
 right provenance headers, partitions and timestamps; nothing looped back; the checkpoint of a
 group translated into west is never ahead of the record it stands for."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 
 READY_S = 60
-EAST_N, WEST_N = 12_000, 2_000
+WEST_N = 2_000
 INCLUDE = {"west": r"^(orders|east\.orders)$", "east": r"^(orders|west\.orders)$"}
 
 
@@ -58,10 +59,12 @@ def copied(cwd: Path, flow: str, pid: int) -> int:
     return sum(p.get("records_mirrored", 0) for p in doc.get("partitions", []) if p["topic"] == "orders")
 
 
-def slow_lines(prefix: str, n: int, per_s: int) -> str:
-    """A shell command printing ``k<i % 50>:<prefix>-<i>`` for i in 1..n at about ``per_s`` lines a second."""
-    code = (f"import sys, time\nfor i in range(1, {n + 1}):\n    print(f'k{{i % 50}}:{prefix}-{{i}}')\n"
-            f"    if i % 200 == 0:\n        sys.stdout.flush(); time.sleep({200 / per_s})\n")
+def lines_until(prefix: str, stop: Path, per_s: int) -> str:
+    """A shell command printing ``k<i % 50>:<prefix>-<i>`` for i = 1, 2, ... at about ``per_s``
+    lines a second until the file ``stop`` exists (then it prints how many on stderr)."""
+    code = (f"import os, sys, time\ni = 0\nwhile not os.path.exists({str(stop)!r}):\n"
+            f"    for _ in range(100):\n        i += 1\n        print(f'k{{i % 50}}:{prefix}-{{i}}')\n"
+            f"    sys.stdout.flush()\n    time.sleep({100 / per_s})\nprint(f'lines={{i}}', file=sys.stderr)\n")
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
@@ -96,40 +99,45 @@ def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path:
         west_produce = shell(f"seq 1 {WEST_N} | awk '{{print \"k\" $1 % 50 \":w-\" $1}}' | "
                              "mq produce orders --region west --key-separator : --acks all", env, tmp_path)
         assert west_produce.returncode == 0, west_produce.stderr
-        east_produce = (f"{slow_lines('e', EAST_N, 1_000)} | "
+        stop = tmp_path / "stop-producing"
+        east_produce = (f"{lines_until('e', stop, 1_000)} | "
                         "mq produce orders --region east --key-separator : --acks all")
         producer = subprocess.Popen(["bash", "-o", "pipefail", "-c", east_produce],
-                                    env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                    env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             for kill in range(3):  # SIGKILL the mirror while it copies; `mq up` starts it again
                 pid = mirror_pid(tmp_path, "east-to-west")
                 pids.add(pid)
                 wait_for(lambda pid=pid: copied(tmp_path, "east-to-west", pid) > 0, 30,
                          f"copying before kill {kill + 1}")
-                assert producer.poll() is None, "the producer ended before the mirror was killed 3 times"
+                assert producer.poll() is None, producer.communicate()[1]
                 os.kill(pid, signal.SIGKILL)
                 wait_for(lambda pid=pid: not is_alive(pid), 10, "the killed mirror to go")
                 again = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S)
                 assert again.returncode == 0, again.stderr
                 assert mirror_pid(tmp_path, "east-to-west") != pid
-            assert producer.wait(60) == 0, producer.stderr.read() if producer.stderr else ""
+            stop.touch()
+            _, err = producer.communicate(timeout=60)
+            assert producer.returncode == 0, err
         finally:
             if producer.poll() is None:
                 producer.kill()
+        east_n = int(re.search(r"lines=(\d+)", err).group(1))
+        assert f"produced {east_n} records" in err, err
         pids.add(mirror_pid(tmp_path, "east-to-west"))
         pids.add(mirror_pid(tmp_path, "west-to-east"))
 
         group = shell("mq consume orders --region east --group billing --from-beginning --max-messages 5000 "
                       "> /dev/null", env, tmp_path)
         assert group.returncode == 0, group.stderr
-        total = EAST_N + WEST_N
+        total = east_n + WEST_N
         records = wait_for(lambda: (r := consume(f"--region west --include '{INCLUDE['west']}'", env, tmp_path))
                            and len(r) >= total and r, 90, f"{total} records in west")
 
         # every record once, east's in east.orders with its partition, timestamp and provenance
         values = Counter(r["value"] for r in records)
         assert len(records) == total and max(values.values()) == 1, values.most_common(3)
-        assert set(values) == {f"e-{i}" for i in range(1, EAST_N + 1)} | {f"w-{i}" for i in range(1, WEST_N + 1)}
+        assert set(values) == {f"e-{i}" for i in range(1, east_n + 1)} | {f"w-{i}" for i in range(1, WEST_N + 1)}
         origin = {r["value"]: r for r in consume("orders --region east", env, tmp_path)}
         for r in records:
             headers = dict(r["headers"])
@@ -145,7 +153,7 @@ def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path:
                                "mq.path": "east,west"}
         # the other way, and no loop: nothing came back, nothing was copied twice over
         back = consume(f"--region east --include '{INCLUDE['east']}'", env, tmp_path)
-        assert Counter(r["topic"] for r in back) == {"orders": EAST_N, "west.orders": WEST_N}
+        assert Counter(r["topic"] for r in back) == {"orders": east_n, "west.orders": WEST_N}
         assert all(dict(r["headers"]).get("mq.path", "west,east") == "west,east" for r in back)
         for region in ("east", "west"):
             listed = run_mq("topic", "list", "--region", region, env=env, cwd=tmp_path).stdout.decode()
