@@ -316,8 +316,7 @@ class ActiveCopier:
         result = await self.fetcher.fetch(rp.tp, offset)
         wall = self.clock.wall_ms()
         if isinstance(result, OffsetOutOfRange):
-            self._out_of_range(rp, offset, result, wall)
-            return None
+            return Fetched([], self._out_of_range(rp, offset, result, wall), 0)
         if isinstance(result, MqError):
             self.metrics.error("fetch")
             rp.state, rp.reason = PartitionState.STALLED, f"source fetch failed: {result}"
@@ -333,19 +332,19 @@ class ActiveCopier:
             await asyncio.sleep(self.retry_backoff_ms / 1000)
             return None
 
-    def _out_of_range(self, rp: RemotePartition, offset: int, error: OffsetOutOfRange, wall: int) -> None:
+    def _out_of_range(self, rp: RemotePartition, offset: int, error: OffsetOutOfRange, wall: int) -> int:
+        """A gap (the offset to go on from), or ``PartitionBlocked``."""
         rp.source_end, rp.source_log_start = error.high_watermark, error.log_start_offset
         if offset < error.log_start_offset:
             gap = Gap(rp.tp, offset, error.log_start_offset, wall)
             rp.gaps.append(gap)
             rp.gap_records += gap.records
-            rp.fetch_offset = error.log_start_offset
             self.metrics.gap(rp.tp.topic, rp.tp.partition)
             log.warning("event=gap flow=%s topic=%s partition=%d from_offset=%d to_offset=%d records=%d "
                         "message=\"offsets [%d, %d) were deleted in the source before they were copied\"",
                         self.flow, rp.tp.topic, rp.tp.partition, offset, error.log_start_offset, gap.records,
                         offset, error.log_start_offset)
-            return
+            return error.log_start_offset
         raise PartitionBlocked(f"the source partition ends at {error.high_watermark}, below offset {offset} the "
                                f"flow has copied: the source lost records (unclean election, or the topic was "
                                f"re-created); restart the mirror once the source is what it should be")
