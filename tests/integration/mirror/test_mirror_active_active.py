@@ -198,3 +198,49 @@ def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path:
         assert down.returncode == 0, down.stderr
     for pid in pids:
         wait_for(lambda pid=pid: not is_alive(pid), 10, f"mirror pid {pid} to be stopped")
+
+
+@pytest.mark.slow
+def test_records_deleted_in_the_source_while_the_flow_is_down_are_a_gap_with_exact_offsets(tmp_path: Path) -> None:
+    east, west = free_listen(), free_listen()
+    (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
+        data_dir: .mq
+        link_port_base: {free_block(5)}
+        regions:
+          - {{name: east, brokers: [{{id: 1, listen: '{east}'}}]}}
+          - {{name: west, brokers: [{{id: 1, listen: '{west}'}}]}}
+        links:
+          - {{source: east, target: west, latency_ms: 5}}
+        mirrors:
+          - {{name: east-to-west, source: east, target: west, mode: active-active, refresh.topics.interval.ms: 300}}
+        """))
+    env = base_env()
+    up = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)
+    try:
+        assert up.returncode == 0, (up.stdout + up.stderr).decode(errors="replace")
+        assert run_mq("topic", "create", "orders", "--region", "east", env=env, cwd=tmp_path).returncode == 0
+        assert shell("seq 1 100 | mq produce orders --region east --acks all", env, tmp_path).returncode == 0
+        pid = mirror_pid(tmp_path, "east-to-west")
+        wait_for(lambda: copied(tmp_path, "east-to-west", pid) == 100, 30, "the first 100 copied")
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not is_alive(pid), 10, "the mirror to stop")
+        assert shell("seq 101 300 | mq produce orders --region east --acks all", env, tmp_path).returncode == 0
+        deleted = run_mq("records", "delete", "orders", "--region", "east", "-p", "0", "--before-offset", "250",
+                         env=env, cwd=tmp_path)
+        assert deleted.returncode == 0, deleted.stderr
+        assert run_mq("up", "aa.yaml", env=env, cwd=tmp_path, timeout=READY_S).returncode == 0
+        new_pid = mirror_pid(tmp_path, "east-to-west")
+
+        def gap() -> list:
+            doc = json.loads((tmp_path / ".mq" / "mirror-east-to-west" / "status.json").read_text())
+            part = next((p for p in doc.get("partitions", []) if p["topic"] == "orders"), None)
+            return doc.get("pid") == new_pid and part and part["mirrored_end"] == 300 and part["gaps"]
+
+        assert wait_for(gap, 30, "the gap in the status") == [[100, 250]]
+        values = [r["value"] for r in consume("east.orders --region west", env, tmp_path)]
+        assert values == [str(i) for i in [*range(1, 101), *range(251, 301)]]
+        log = (tmp_path / ".mq" / "mirror-east-to-west" / "mirror.log").read_text()
+        assert "event=gap flow=east-to-west topic=orders partition=0 from_offset=100 to_offset=250 records=150" in log
+    finally:
+        down = run_mq("down", env=env, cwd=tmp_path, timeout=60)
+        assert down.returncode == 0, down.stderr
