@@ -28,7 +28,7 @@ from mirror.flow_config import (
     load_cluster,
     parse_address_map,
 )
-from mirror.status import describe, read_status, status_paths, write_status
+from mirror.status import describe, read_status, status_paths
 from mirror.topics import TopicFilter
 from mq.core.errors import MqError
 
@@ -142,14 +142,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     flow = flow_from_args(args)
     _log_setup()
-    if flow.mode != "active-passive":
-        reason = (f"flow {flow.name}: mode {flow.mode!r} is not implemented by this mirror (only "
-                  f"active-passive: offset-preserving mirror topics); change the flow's mode")
-        write_status(flow.status_path, {"flow": flow.name, "source": flow.source_region, "target": flow.target_region,
-                                        "state": "blocked", "reason": reason, "error": reason,
-                                        "updated_ms": int(time.time() * 1000),
-                                        "updated_at_ms": int(time.time() * 1000), "partitions": []})
-        raise FlowConfigError(reason)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
 
     async def main() -> None:

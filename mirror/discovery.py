@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass, field
 
 from mirror.flow_config import FlowConfig
+from mirror.remote import ReplicationPolicy, Route
+from mirror.remote_plan import RemotePlan, plan_remote_topics
 from mirror.topics import HEARTBEATS_TOPIC, TopicInfo, TopicPlan, plan_topics
 from mq.client import Admin
 from mq.core.errors import ErrorCode, MqError
@@ -50,7 +52,7 @@ class Discovery:
     flow: FlowConfig
     source: Admin
     target: Admin
-    plan: TopicPlan = field(default_factory=TopicPlan)
+    plan: TopicPlan | RemotePlan = field(default_factory=TopicPlan)
     source_topics: dict[str, TopicInfo] = field(default_factory=dict)
     _reported: set[str] = field(default_factory=set)
 
@@ -63,6 +65,25 @@ class Discovery:
         plan = plan_topics(self.source_topics, target_topics, topics=flow.topics,
                            source_region=flow.source_region, target_region=flow.target_region,
                            replication_factor=rf)
+        await self._apply(plan)
+        self.plan = plan
+        return [TopicPartition(t, p) for t, n in sorted(plan.mirrored.items()) for p in range(n)]
+
+    async def refresh_remote(self, policy: ReplicationPolicy, route: Route) -> dict[TopicPartition, str]:
+        """One discovery pass of an active-active flow: source partition -> remote topic."""
+        flow = self.flow
+        self.source_topics = await describe_region(self.source)
+        target_topics = await describe_region(self.target)
+        rf = await replication_factor(self.target, flow.replication_factor)
+        plan = plan_remote_topics(self.source_topics, target_topics, topics=flow.topics, policy=policy,
+                                  route=route, replication_factor=rf)
+        await self._apply(plan)
+        self.plan = plan
+        return {TopicPartition(t, p): plan.remote[t] for t, n in sorted(plan.partitions.items()) for p in range(n)}
+
+    async def _apply(self, plan: TopicPlan | RemotePlan) -> None:
+        """Create and alter the target topics of ``plan``; log each problem once."""
+        flow = self.flow
         for create in plan.create:
             log.info("event=create_mirror_topic flow=%s topic=%s partitions=%d replication_factor=%d",
                      flow.name, create.name, create.partitions, create.replication_factor)
@@ -77,8 +98,6 @@ class Discovery:
                 self._reported.add(why)
                 level = logging.WARNING if name in plan.problems else logging.INFO
                 log.log(level, "event=topic_not_mirrored flow=%s topic=%s reason=\"%s\"", flow.name, name, why)
-        self.plan = plan
-        return [TopicPartition(t, p) for t, n in sorted(plan.mirrored.items()) for p in range(n)]
 
     async def ensure_heartbeats_topic(self) -> str:
         """Create ``heartbeats`` in the source if missing; "" if heartbeats can be written,

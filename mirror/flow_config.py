@@ -18,6 +18,19 @@ name                                default meaning
 ``emit.heartbeats.interval.ms``      1000   how often a heartbeat is written to the source
 ``replication.factor``               0      target replication factor (0: min(3, brokers))
 =================================== ======= ==========================================
+
+Active-active flows (``mode: active-active``, ``mirror.active``) also read, from the flow's
+``configs`` (``forward`` may also be a key of the flow itself):
+
+================================= ========= ============================================
+name                              default   meaning
+================================= ========= ============================================
+``forward``                       false     copy records that came from other regions onward
+``replication.policy``            default   remote topic names: ``default`` (``east.orders``) or ``identity``
+``replication.policy.separator``  ``.``     between the region and the topic
+``offset.lag.max``                100       an offset sync at least every this many source offsets
+``offset.sync.interval.ms``       1000      ... and for a record that waited this long without one
+================================= ========= ============================================
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.remote import ProvenanceError, replication_policy
 from mirror.topics import TopicFilter
 
 DEFAULT_DATA_DIR = ".mq"
@@ -36,7 +50,10 @@ INTERVAL_DEFAULTS = {
     "sync.group.offsets.interval.ms": 5_000,
     "emit.heartbeats.interval.ms": 1_000,
     "replication.factor": 0,
+    "offset.lag.max": 100,
+    "offset.sync.interval.ms": 1_000,
 }
+MODES = ("active-passive", "active-active")
 
 
 class FlowConfigError(ValueError):
@@ -62,6 +79,13 @@ class FlowConfig:
     emit_heartbeats_interval_ms: int = 1_000
     replication_factor: int = 0
     cluster_path: str = ""  # the cluster.json it came from ("" when given on the command line)
+    # active-active (mirror.active)
+    forward: bool = False
+    replication_policy: str = "default"
+    replication_policy_separator: str = "."
+    offset_lag_max: int = 100
+    offset_sync_interval_ms: int = 1_000
+    regions: tuple[str, ...] = ()  # every region of the deployment (remote names are checked against them)
 
     @property
     def status_path(self) -> str:
@@ -161,6 +185,19 @@ def _interval(flow: Mapping[str, Any], key: str) -> int:
     return INTERVAL_DEFAULTS[key]
 
 
+def _setting(flow: Mapping[str, Any], key: str, default: str) -> str:
+    configs = flow.get("configs") or {}
+    value = flow.get(key, configs.get(key, default))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bool(flow: Mapping[str, Any], key: str) -> bool:
+    value = _setting(flow, key, "false").lower()
+    if value not in ("true", "false"):
+        raise FlowConfigError(f"flow {flow.get('name')!r}: {key} must be true or false, not {value!r}")
+    return value == "true"
+
+
 def flow_from_cluster(path: str, flow_name: str) -> FlowConfig:
     doc = load_cluster(path)
     flows = flows_of(doc)
@@ -186,6 +223,16 @@ def flow_from_entry(doc: Mapping[str, Any], path: str, flow: Mapping[str, Any]) 
     groups_exclude: Any = None
     if isinstance(groups_value, dict):
         groups_value, groups_exclude = groups_value.get("include"), groups_value.get("exclude")
+    mode = str(flow.get("mode", "active-passive"))
+    if mode not in MODES:
+        raise FlowConfigError(f"flow {name!r}: mode {mode!r} is not one of {', '.join(MODES)}")
+    policy = _setting(flow, "replication.policy", "default")
+    separator = _setting(flow, "replication.policy.separator", ".")
+    if mode == "active-active":
+        try:
+            replication_policy(policy, regions=sorted(regions), separator=separator)
+        except ProvenanceError as exc:
+            raise FlowConfigError(f"flow {name!r}: {exc.message}") from None
     state_dir = str(flow.get("data_dir") or "")
     if not os.path.isabs(state_dir):
         state_dir = os.path.join(data_dir_of(doc, path), flow_dir_name(name))
@@ -198,7 +245,11 @@ def flow_from_entry(doc: Mapping[str, Any], path: str, flow: Mapping[str, Any]) 
         topics=TopicFilter(include, exclude), groups=_patterns(groups_value, (".*",)),
         groups_exclude=_patterns(groups_exclude, ()),
         sync_group_offsets_enabled=str(flow.get("sync.group.offsets.enabled", True)).lower() != "false",
-        mode=str(flow.get("mode", "active-passive")),
+        mode=mode, forward=_bool(flow, "forward"),
+        replication_policy=policy, replication_policy_separator=separator,
+        offset_lag_max=_interval(flow, "offset.lag.max"),
+        offset_sync_interval_ms=_interval(flow, "offset.sync.interval.ms"),
+        regions=tuple(sorted(regions)),
         refresh_topics_interval_ms=_interval(flow, "refresh.topics.interval.ms"),
         sync_group_offsets_interval_ms=_interval(flow, "sync.group.offsets.interval.ms"),
         emit_heartbeats_interval_ms=_interval(flow, "emit.heartbeats.interval.ms"),

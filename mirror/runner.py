@@ -3,7 +3,10 @@
 Composes the pieces, each an asyncio task that survives the errors of its own calls
 (logged, counted in ``mq_mirror_errors_total``, retried on the next round):
 
-* the copier (``mirror.copier``): fetch from the source, append to the target;
+* the copier (``mirror.copier``): fetch from the source, append to the target; in
+  ``mode: active-active``, ``mirror.active`` instead: re-batch into remote topics with
+  provenance, offset syncs, and checkpoints of the flow's groups (``mirror.offset_syncs``)
+  instead of group offset sync;
 * discovery every ``refresh.topics.interval.ms`` (``mirror.discovery``); when the source
   does not answer, the target's existing mirror topics of the source region keep being
   tracked, so the status still lists every partition (stalled, with the reason);
@@ -22,15 +25,19 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
+from mirror.active import ActiveCopier
 from mirror.copier import Copier
 from mirror.discovery import Discovery, describe_region
 from mirror.flow_config import FlowConfig
 from mirror.groups import flow_groups, sync_groups
 from mirror.heartbeats import Heartbeats
 from mirror.metrics import FlowMetrics
+from mirror.offset_syncs import ensure_internal_topics, load_offset_syncs, write_checkpoints
 from mirror.partition import PartitionState, PartitionStatus
+from mirror.remote import Route, replication_policy
 from mirror.status import flow_state, read_status, write_status
 from mirror.topics import HEARTBEATS_TOPIC
+from mirror.translation import Checkpoint
 from mq.client import Admin, Producer
 from mq.client.cluster import ClusterClient, cancel_tasks
 from mq.core.clock import Clock, SystemClock
@@ -41,6 +48,7 @@ log = logging.getLogger("mirror")
 
 SOURCE_REQUEST_TIMEOUT_MS = 10_000
 STATUS_INTERVAL_S = 1.0
+MIB = 1024 * 1024
 
 
 class FlowRunner:
@@ -60,8 +68,27 @@ class FlowRunner:
         self.producer = Producer(flow.source_bootstrap, client_id=client_id, address_map=amap, acks=-1,
                                  linger_ms=0, delivery_timeout_ms=SOURCE_REQUEST_TIMEOUT_MS,
                                  request_timeout_ms=SOURCE_REQUEST_TIMEOUT_MS)
-        self.copier = Copier(flow.name, self.fetch_client, self.target, self.metrics, self.clock,
-                             partition_max_bytes=partition_max_bytes)
+        self.active = flow.mode == "active-active"
+        self.copier: Copier | ActiveCopier
+        self.target_producer: Producer | None = None
+        self.checkpoints: dict[tuple[str, TopicPartition], Checkpoint] = {}
+        if self.active:
+            self.policy = replication_policy(flow.replication_policy, regions=flow.regions,
+                                             separator=flow.replication_policy_separator)
+            self.route = Route(flow.source_region, flow.target_region, flow.forward)
+            # No retries, no idempotence: a failed write makes its partition start over
+            # from what the target holds (mirror.active); each write is one batch.
+            self.target_producer = Producer(flow.target_bootstrap, client_id=client_id, acks=-1, retries=0,
+                                            linger_ms=0, batch_size=MIB, max_request_size=4 * MIB,
+                                            buffer_memory=64 * MIB, delivery_timeout_ms=30_000,
+                                            request_timeout_ms=30_000)
+            self.copier = ActiveCopier(flow.name, self.route, self.source, self.target, self.target_producer,
+                                       self.metrics, self.clock, offset_lag_max=flow.offset_lag_max,
+                                       offset_sync_interval_ms=flow.offset_sync_interval_ms,
+                                       partition_max_bytes=partition_max_bytes)
+        else:
+            self.copier = Copier(flow.name, self.fetch_client, self.target, self.metrics, self.clock,
+                                 partition_max_bytes=partition_max_bytes)
         self.discovery = Discovery(flow, self.source, self.target)
         self.heartbeats = Heartbeats(flow, self.producer, self.clock)
         self.groups: dict[str, dict] = {}
@@ -98,6 +125,8 @@ class FlowRunner:
             await self._write_status()
             try:
                 await self.producer.close(timeout_ms=0)  # a heartbeat still queued is not worth waiting for
+                if self.target_producer is not None:
+                    await self.target_producer.close(timeout_ms=0)
                 for client in (self.source, self.target, self.fetch_client):
                     await client.close()
             except MqError:
@@ -143,6 +172,9 @@ class FlowRunner:
     # ------------------------------------------------------------------ steps
 
     async def _discover(self) -> None:
+        if isinstance(self.copier, ActiveCopier):
+            await self._discover_remote(self.copier)
+            return
         try:
             tps = await self.discovery.refresh()
         except MqError:
@@ -157,7 +189,23 @@ class FlowRunner:
         self._set_partitions(tps)
         self.heartbeats.disabled_reason = await self.discovery.ensure_heartbeats_topic()
 
+    async def _discover_remote(self, copier: ActiveCopier) -> None:
+        if not copier.ready.is_set():
+            await ensure_internal_topics(self.target, self.flow.source_region, self.flow.replication_factor)
+            copier.store, bad = await load_offset_syncs(self.target, self.flow.source_region)
+            log.info("event=offset_syncs_loaded flow=%s partitions=%d unreadable=%d", self.flow.name,
+                     len(copier.store.partitions()), bad)
+            copier.ready.set()
+        remote = await self.discovery.refresh_remote(self.policy, self.route)
+        copier.set_partitions(remote)
+        for tp, rp in copier.partitions.items():
+            known = self._last_known.get(tp)
+            if rp.source_end is None and known is not None:
+                rp.source_end = known["source_end"]
+        self.heartbeats.disabled_reason = await self.discovery.ensure_heartbeats_topic()
+
     def _set_partitions(self, tps: list[TopicPartition]) -> None:
+        assert isinstance(self.copier, Copier)
         self.copier.set_partitions(tps)
         for tp, pm in self.copier.partitions.items():
             known = self._last_known.get(tp)
@@ -166,6 +214,17 @@ class FlowRunner:
                                rate_per_s=known.get("source_rate_per_s"))
 
     async def _sync_groups(self) -> None:
+        if isinstance(self.copier, ActiveCopier):
+            if self.copier.ready.is_set() and self.flow.sync_group_offsets_enabled:
+                assert self.target_producer is not None
+                written = await write_checkpoints(self.source, self.target_producer, self.flow, self.copier.store,
+                                                  self.copier.remote_topics(), self.checkpoints)
+                now = self.clock.wall_ms()
+                for group, count in written.items():
+                    entry = self.groups.setdefault(group, {"checkpoints": 0})
+                    entry.update(checkpointed_ms=now)
+                    entry["checkpoints"] = entry.get("checkpoints", 0) + count
+            return
         ends = self.copier.mirrored_ends()
         if not ends or not self.flow.sync_group_offsets_enabled:
             return
@@ -229,8 +288,14 @@ class FlowRunner:
                 "stalled": sum(1 for p in snapshot if p.state == PartitionState.STALLED),
                 "blocked": sum(1 for p in snapshot if p.state == PartitionState.BLOCKED),
             },
-            "partitions": [p.to_json() for p in snapshot],
+            "partitions": self._partitions_json(snapshot, wall),
+            "mode": self.flow.mode,
         }
+
+    def _partitions_json(self, snapshot: list, wall: int) -> list[dict]:
+        if isinstance(self.copier, ActiveCopier):
+            return [rp.status_json(wall) for _, rp in sorted(self.copier.partitions.items())]
+        return [p.to_json() for p in snapshot]
 
 
 def _unheard_summary(snapshot: list[PartitionStatus], wall_ms: int, discovery_failing: bool) -> dict:

@@ -42,6 +42,7 @@ from mq.core.conflict import ConflictPolicy, ConflictRules, not_home_message
 from mq.core.errors import ErrorCode, MqError
 from mq.core.hlc import HLC_HEADER, Hlc, HybridLogicalClock
 from mq.core.types import Acks, CompressionType, RecordMetadata, TopicPartition
+from mq.protocol.batch_builder import BatchBuilder
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -453,6 +454,34 @@ class Producer:
             entry[0].append(i)
             entry[1].append(rec)
         return [(tps[p].topic_partition, idx, recs) for p, (idx, recs) in sorted(by_partition.items())]
+
+    async def send_batch(self, topic: str, partition: int,
+                         records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]], int]]) -> int:
+        """Send ``records`` (``(key, value, headers, timestamp_ms)`` tuples, each with its own
+        timestamp) to one partition as **one** record batch, which the leader appends whole or
+        not at all (a copier that must know exactly what landed, such as the active-active
+        mirror, relies on it). Returns the offset of the first record once acknowledged; the
+        others follow it. Batches of this and other sends to the partition keep their order."""
+        if not records:
+            raise MqError(ErrorCode.INVALID_REQUEST, "send_batch needs at least one record")
+        self._ensure_started()
+        if topic not in self._routes:
+            await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
+            self._on_metadata()
+        tps = self._routes[topic].tps
+        if not 0 <= partition < len(tps):
+            raise MqError(ErrorCode.INVALID_PARTITIONS,
+                          f"{topic!r} has {len(tps)} partitions; there is no partition {partition}")
+        builder = BatchBuilder(compression=self.accumulator.compression)
+        size = 0
+        for key, value, headers, timestamp_ms in records:
+            size = builder.append(timestamp_ms, key, value, headers)
+        await self.sender.reserve(size, self.max_block_ms)
+        batch = self.accumulator.add_built_batch(tps[partition].topic_partition, builder.build(), len(records),
+                                                 size, self.cluster.now_ms())
+        self.sender.wakeup()
+        base_offset, _ = await batch.future
+        return int(base_offset)
 
     # ------------------------------------------------------------------ flush / close
 

@@ -213,7 +213,7 @@ class Sender:
             builder = BatchBuilder(compression=acc.compression)
             size = builder.extend_columns(timestamp_ms, keys[start:end], values[start:end],
                                           None if headers is None else headers[start:end])
-            await self._reserve(size, max_block_ms)
+            await self.reserve(size, max_block_ms)
             out.append(acc.add_built_batch(tp, builder.build(), end - start, size,
                                            self.cluster.now_ms()))
             start = end
@@ -221,7 +221,9 @@ class Sender:
             await asyncio.sleep(0)  # the sender ships this batch while the next is built
         return out
 
-    async def _reserve(self, size: int, max_block_ms: int) -> None:
+    async def reserve(self, size: int, max_block_ms: int) -> None:
+        """Wait until ``size`` bytes of buffer memory are free (BUFFER_EXHAUSTED after
+        ``max_block_ms``) for a batch the caller built whole."""
         acc = self.accumulator
         if size > acc.buffer_memory:
             raise MqError(ErrorCode.RECORD_TOO_LARGE,

@@ -58,7 +58,7 @@ from mq.deploy.topology import (
 TOP_KEYS = ("data_dir", "configs", "link_port_base", "regions", "links", "mirrors")
 REGION_KEYS = ("name", "data_dir", "voters", "configs", "brokers")
 LINK_KEYS = ("source", "target", "latency_ms", "jitter_ms", "bandwidth_mbit", "loss", "loss_stall_ms")
-FLOW_KEYS = ("name", "source", "target", "mode", "topics", "groups", "sync.group.offsets.enabled",
+FLOW_KEYS = ("name", "source", "target", "mode", "forward", "topics", "groups", "sync.group.offsets.enabled",
              "sync.group.offsets.interval.ms", "refresh.topics.interval.ms", "emit.heartbeats.interval.ms",
              "configs")
 FLOW_INTERVALS = {"sync.group.offsets.interval.ms": 5000, "refresh.topics.interval.ms": 1000,
@@ -262,6 +262,13 @@ class _GeoReader(_Reader):
             mode = raw.get("mode", "active-passive")
             if mode not in FLOW_MODES:
                 raise part.fail("mode", f"{mode!r} is not a mirror mode", f"use one of: {', '.join(FLOW_MODES)}")
+            forward = raw.get("forward", False)
+            if not isinstance(forward, bool):
+                raise part.fail("forward", f"expected true or false, found {_type_name(forward)}",
+                                "write forward: true to copy records that came from other regions onward")
+            if forward and mode != "active-active":
+                raise part.fail("forward", "forward: true needs mode: active-active",
+                                "an active-passive flow copies whole topics; set mode: active-active, or drop forward")
             topics = part.patterns("topics", raw.get("topics"), (".*",), ("__.*",), "topic", r"orders\..*")
             groups = part.patterns("groups", raw.get("groups"), (".*",), (), "group", "billing-.*")
             enabled = raw.get("sync.group.offsets.enabled", True)
@@ -271,7 +278,7 @@ class _GeoReader(_Reader):
             intervals = {key: part.interval(key, raw.get(key, default)) for key, default in FLOW_INTERVALS.items()}
             configs = part.flow_configs(raw.get("configs", {}))
             out.append(FlowSpec(
-                name=name, source=source, target=target, mode=mode, topics_include=topics[0], topics_exclude=topics[1],
+                name=name, source=source, target=target, mode=mode, forward=forward, topics_include=topics[0], topics_exclude=topics[1],
                 groups_include=groups[0], groups_exclude=groups[1], sync_group_offsets_enabled=enabled,
                 sync_group_offsets_interval_ms=intervals["sync.group.offsets.interval.ms"],
                 refresh_topics_interval_ms=intervals["refresh.topics.interval.ms"],

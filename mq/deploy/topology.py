@@ -238,6 +238,7 @@ class FlowSpec:
     source: str
     target: str
     mode: str = "active-passive"
+    forward: bool = False  # active-active: copy records that came from other regions onward
     topics_include: tuple[str, ...] = (".*",)
     topics_exclude: tuple[str, ...] = ("__.*",)
     groups_include: tuple[str, ...] = (".*",)
@@ -264,7 +265,7 @@ class FlowSpec:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "source": self.source, "target": self.target, "mode": self.mode,
-            "topics": {"include": list(self.topics_include), "exclude": list(self.topics_exclude)},
+            "forward": self.forward, "topics": {"include": list(self.topics_include), "exclude": list(self.topics_exclude)},
             "groups": {"include": list(self.groups_include), "exclude": list(self.groups_exclude)},
             "sync.group.offsets.enabled": self.sync_group_offsets_enabled,
             "sync.group.offsets.interval.ms": self.sync_group_offsets_interval_ms,
@@ -279,7 +280,7 @@ class FlowSpec:
         topics, groups = data.get("topics", {}), data.get("groups", {})
         return cls(
             name=str(data["name"]), source=str(data["source"]), target=str(data["target"]),
-            mode=str(data.get("mode", "active-passive")),
+            mode=str(data.get("mode", "active-passive")), forward=bool(data.get("forward", False)),
             topics_include=tuple(topics.get("include", (".*",))), topics_exclude=tuple(topics.get("exclude", ())),
             groups_include=tuple(groups.get("include", (".*",))), groups_exclude=tuple(groups.get("exclude", ())),
             sync_group_offsets_enabled=bool(data.get("sync.group.offsets.enabled", True)),

@@ -231,3 +231,29 @@ async def test_send_many_is_ordered_with_metadata(shared_broker, topic_name) -> 
     got = await consume_all(bootstrap, [TopicPartition(topic_name, 0)], 5001)
     assert [r.value for r in got[:5000]] == [v for _, v in records]
     assert got[5000].headers == (("x", b"1"),)
+
+
+async def test_send_batch_appends_one_batch_with_each_records_own_timestamp(shared_broker, topic_name) -> None:
+    bootstrap = shared_broker.bootstrap
+    await create(bootstrap, topic_name, partitions=2)
+    records = [(b"k%d" % i, b"v%d" % i, (("n", b"%d" % i),), 1_000_000 + 7 * i) for i in range(40)]
+    async with Producer(bootstrap, retries=0, batch_size=128) as producer:  # batch_size does not split it
+        first = await producer.send_batch(topic_name, 1, records)
+        second = await producer.send_batch(topic_name, 1, records[:3])
+        with pytest.raises(MqError) as refused:
+            await producer.send_batch(topic_name, 2, records)
+        assert refused.value.code == ErrorCode.INVALID_PARTITIONS
+    assert (first, second) == (0, 40)
+    tp = TopicPartition(topic_name, 1)
+    got = await consume_all(bootstrap, [tp], 43)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in got[:40]] == [
+        (i, k, v, h, ts) for i, (k, v, h, ts) in enumerate(records)]
+    async with Admin(bootstrap) as admin:
+        raw = await admin.fetch_raw(tp, 0)
+    bases = []
+    pos = 0
+    while pos < len(raw.records):
+        header = read_header(raw.records, pos)
+        bases.append(header.base_offset)
+        pos += header.size
+    assert bases == [0, 40]  # one batch per call

@@ -119,6 +119,7 @@ def test_flow_settings_patterns_and_configs():
             source: east
             target: west
             mode: active-active
+            forward: true
             topics: ['orders\\..*', payments]
             groups: {exclude: ['tmp-.*']}
             sync.group.offsets.enabled: false
@@ -128,7 +129,7 @@ def test_flow_settings_patterns_and_configs():
             configs: {offset.lag.max: 100, some.flag: true}
         """)))
     [f] = d.flows
-    assert f == FlowSpec(name="orders", source="east", target="west", mode="active-active",
+    assert f == FlowSpec(name="orders", source="east", target="west", mode="active-active", forward=True,
                          topics_include=(r"orders\..*", "payments"), topics_exclude=("__.*",),
                          groups_include=(".*",), groups_exclude=("tmp-.*",), sync_group_offsets_enabled=False,
                          sync_group_offsets_interval_ms=1000, refresh_topics_interval_ms=2000,
@@ -221,6 +222,10 @@ def test_flow_refusals():
         "- {name: a, source: east, target: west}\n- {name: b, source: east, target: west}")
     assert "mirrors[0].mode: 'active-ish' is not a mirror mode — use one of: active-passive, active-active" in \
         flow("- {source: east, target: west, mode: active-ish}")
+    assert "mirrors[0].forward: forward: true needs mode: active-active" in \
+        flow("- {source: east, target: west, forward: true}")
+    assert "mirrors[0].forward: expected true or false, found a string" in \
+        flow("- {source: east, target: west, mode: active-active, forward: 'yes'}")
     assert "mirrors[0].name: 'a b' is not a flow name" in flow("- {name: 'a b', source: east, target: west}")
     assert "mirrors[0].sync.group.offsets.interval.ms: 0 is not a positive number of milliseconds" in \
         flow("- {source: east, target: west, sync.group.offsets.interval.ms: 0}")

@@ -1,0 +1,437 @@
+"""The active-active copy path: the asyncio shell around ``mirror.remote`` (forwarding rule,
+provenance), ``mirror.dedupe`` (start-up scan, dedupe index) and ``mirror.translation``
+(offset syncs). docs/explanation/active-active.md tells the story.
+
+One task per source partition, each a loop:
+
+1. **start**: wait until the remote partition's end has *settled* (its high watermark
+   unchanged for ``settle_ms``: a write of a previous run, or of a failed attempt, that
+   the leader appended may still commit), then run the ``TailScan`` over it from the
+   partition's last offset sync: the source offset to fetch from and the dedupe index;
+2. **fetch** from the source (raw batches below the high watermark, through the link),
+   the next fetch already in flight while the current records are written;
+3. **decide** each record: the forwarding rule (``forward_copy``) and the index
+   (``DedupeIndex.admit``); a record left out is counted, never written;
+4. **write** the rest to the remote partition (same partition number, the source's
+   timestamps, provenance headers) with a plain producer (``acks=all``, no retries, no
+   idempotence): each write is one record batch (``Producer.send_batch``), appended whole
+   or not at all, of at most ``write_max_bytes``, one in flight per partition, in order;
+5. after the acknowledgement, feed the written ``(source offset, target offset)`` pairs to
+   the ``OffsetSyncEmitter`` and write the syncs it emits.
+
+A failed write is not retried by the producer (a retry of an append whose answer was lost
+would duplicate it): the partition starts over at step 1, which finds what landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mirror.dedupe import DedupeIndex, TailScan
+from mirror.latency import LatencyWindow
+from mirror.metrics import FlowMetrics
+from mirror.offset_syncs import send_offset_syncs
+from mirror.partition import Gap, PartitionState, PartitionStatus
+from mirror.remote import Route, Stamper
+from mirror.translation import OffsetSyncEmitter, OffsetSyncStore
+from mq.client import Admin, Producer
+from mq.client.cluster import cancel_tasks
+from mq.client.mirror_admin import OffsetOutOfRange, RawFetch
+from mq.core.clock import Clock
+from mq.core.errors import MqError
+from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
+from mq.protocol.errors import ProtocolError
+from mq.protocol.record_batch import decode_record_columns, iter_batches
+
+log = logging.getLogger("mirror")
+
+RECORD_BYTES = 200  # a record's share of a write besides key and value: its headers, provenance included
+
+Write = tuple[int, int, "bytes | None", "bytes | None", tuple, int]  # offset, ts, key, value, headers, bytes
+
+
+class PartitionBlocked(Exception):
+    """The partition cannot go on until an operator acts (the reason says what)."""
+
+
+@dataclass
+class Fetched:
+    writes: list[Write]
+    next_offset: int
+    records: int  # fetched past the offset asked for
+
+
+class BatchFetcher:
+    """One source fetch for every partition that wants one: a connection answers in request
+    order, so a long poll per partition would hold the others' answers up. Partitions ask
+    with ``fetch`` (a future); the loop sends what is asked as one ``fetch_raw_many`` (a
+    request per source leader) and answers each; what is asked meanwhile goes next."""
+
+    def __init__(self, source: Admin, *, max_wait_ms: int, partition_max_bytes: int) -> None:
+        self.source = source
+        self.max_wait_ms = max_wait_ms
+        self.partition_max_bytes = partition_max_bytes
+        self._wanted: dict[TopicPartition, tuple[int, asyncio.Future]] = {}
+        self._wake = asyncio.Event()
+
+    def fetch(self, tp: TopicPartition, offset: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._wanted[tp] = (offset, future)
+        self._wake.set()
+        return future
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            asked = {tp: want for tp, want in self._wanted.items() if not want[1].done()}
+            self._wanted.clear()
+            if not asked:
+                continue
+            results: Mapping[TopicPartition, RawFetch | MqError]
+            try:
+                results = await self.source.fetch_raw_many(
+                    {tp: offset for tp, (offset, _) in asked.items()},
+                    partition_max_bytes=self.partition_max_bytes, max_wait_ms=self.max_wait_ms)
+            except MqError as exc:
+                results = {tp: exc for tp in asked}
+            for tp, (_, future) in asked.items():
+                if not future.done():
+                    future.set_result(results[tp])
+
+
+class RemotePartition:
+    """What the flow knows about one source partition and its remote partition."""
+
+    def __init__(self, tp: TopicPartition, remote_topic: str, route: Route, *, offset_lag_max: int,
+                 offset_sync_interval_ms: int) -> None:
+        self.tp = tp
+        self.stamper = Stamper(route, tp.partition)
+        self.remote_tp = TopicPartition(remote_topic, tp.partition)
+        self.emitter = OffsetSyncEmitter(tp, offset_lag_max=offset_lag_max, interval_ms=offset_sync_interval_ms)
+        self.index = DedupeIndex()
+        self.fetch_offset: int | None = None
+        self.state = PartitionState.WAITING
+        self.reason = ""
+        self.resume_reason = ""
+        self.source_end: int | None = None
+        self.source_log_start: int | None = None
+        self.source_seen_wall_ms: int | None = None
+        self.latency = LatencyWindow()
+        self.last_ts: int | None = None
+        self.records_mirrored = 0
+        self.bytes_mirrored = 0
+        self.not_forwarded = 0
+        self.duplicates = 0
+        self.restarts = 0
+        self.gaps: deque[Gap] = deque(maxlen=100)
+        self.gap_records = 0
+
+    def tick(self, now_ms: int) -> None:
+        """The runner calls it before a status snapshot (``PartitionMirror``'s interface)."""
+
+    def lag_records(self) -> int | None:
+        if self.source_end is None or self.fetch_offset is None:
+            return None
+        return max(0, self.source_end - self.fetch_offset)
+
+    def status(self, wall_ms: int) -> PartitionStatus:
+        lag = self.lag_records()
+        lag_s = 0.0 if lag == 0 else (max(0.0, (wall_ms - self.last_ts) / 1000)
+                                      if lag is not None and self.last_ts is not None else None)
+        return PartitionStatus(
+            self.tp.topic, self.tp.partition, self.state, self.reason, self.source_end, self.source_log_start,
+            self.fetch_offset, lag, lag_s, self.latency.percentile(0.5, wall_ms),
+            self.latency.percentile(0.99, wall_ms), self.records_mirrored, self.bytes_mirrored, self.gap_records,
+            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms)
+
+    def status_json(self, wall_ms: int) -> dict:
+        doc = self.status(wall_ms).to_json()
+        doc.update(remote_topic=self.remote_tp.topic, not_forwarded=self.not_forwarded,
+                   duplicates_dropped=self.duplicates, restarts=self.restarts, resume=self.resume_reason)
+        return doc
+
+
+class ActiveCopier:
+    def __init__(self, flow: str, route: Route, source: Admin, target: Admin, producer: Producer,
+                 metrics: FlowMetrics, clock: Clock, *, offset_lag_max: int, offset_sync_interval_ms: int,
+                 fetch_max_wait_ms: int = 250, partition_max_bytes: int = 1024 * 1024,
+                 write_max_bytes: int = 256 * 1024, settle_ms: int = 1_000, retry_backoff_ms: int = 500) -> None:
+        self.flow = flow
+        self.route = route
+        self.source = source
+        self.target = target
+        self.producer = producer
+        self.metrics = metrics
+        self.clock = clock
+        self.offset_lag_max = offset_lag_max
+        self.offset_sync_interval_ms = offset_sync_interval_ms
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.partition_max_bytes = partition_max_bytes
+        self.write_max_bytes = write_max_bytes
+        self.settle_ms = settle_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.partitions: dict[TopicPartition, RemotePartition] = {}
+        self.store = OffsetSyncStore()
+        self.ready = asyncio.Event()  # set once the store is loaded (the runner's start step)
+        self._tasks: dict[TopicPartition, asyncio.Task] = {}
+        self._sync_sends: set[asyncio.Task] = set()
+        self.fetcher = BatchFetcher(source, max_wait_ms=fetch_max_wait_ms, partition_max_bytes=partition_max_bytes)
+
+    # ------------------------------------------------------------------ partitions
+
+    def set_partitions(self, remote: Mapping[TopicPartition, str]) -> None:
+        """Copy exactly these source partitions (to the remote topic named for each)."""
+        for tp in sorted(set(self.partitions) - set(remote)):
+            del self.partitions[tp]
+            task = self._tasks.pop(tp, None)
+            if task is not None:
+                task.cancel()
+        for tp in sorted(set(remote) - set(self.partitions)):
+            rp = RemotePartition(tp, remote[tp], self.route, offset_lag_max=self.offset_lag_max,
+                                 offset_sync_interval_ms=self.offset_sync_interval_ms)
+            self.partitions[tp] = rp
+            self._tasks[tp] = asyncio.get_running_loop().create_task(self._run_partition(rp))
+
+    def mirrored_ends(self) -> dict[TopicPartition, int]:
+        return {tp: rp.fetch_offset for tp, rp in self.partitions.items() if rp.fetch_offset is not None}
+
+    def remote_topics(self) -> dict[str, str]:
+        return {tp.topic: rp.remote_tp.topic for tp, rp in self.partitions.items()}
+
+    async def run(self) -> None:
+        """The fetcher, and idle offset syncs (``OffsetSyncEmitter.tick``), until cancelled;
+        then stop every task."""
+        fetcher = asyncio.get_running_loop().create_task(self.fetcher.run())
+        try:
+            while True:
+                await asyncio.sleep(min(0.2, self.offset_sync_interval_ms / 1000 / 2 or 0.2))
+                now = self.clock.monotonic_ms()
+                syncs = [s for rp in self.partitions.values() if (s := rp.emitter.tick(now)) is not None]
+                self._emit(syncs)
+        finally:
+            await cancel_tasks([fetcher, *self._tasks.values(), *self._sync_sends])
+
+    # ------------------------------------------------------------------ one partition
+
+    async def _run_partition(self, rp: RemotePartition) -> None:
+        await self.ready.wait()
+        pending: asyncio.Task | None = None
+        stage = "start"
+        try:
+            while True:
+                try:
+                    if rp.fetch_offset is None:
+                        stage = "start"
+                        await self._start(rp)
+                    assert rp.fetch_offset is not None
+                    fetched = await (pending or self._fetch(rp, rp.fetch_offset))
+                    pending = None
+                    if fetched is None:
+                        continue
+                    if not fetched.writes:
+                        rp.fetch_offset = fetched.next_offset
+                    pending = asyncio.get_running_loop().create_task(self._fetch(rp, fetched.next_offset))
+                    if fetched.writes:
+                        stage = "write"
+                        await self._write(rp, fetched.writes)
+                        rp.fetch_offset = fetched.next_offset
+                    rp.state, rp.reason = PartitionState.RUNNING, ""
+                except PartitionBlocked as exc:
+                    rp.state, rp.reason = PartitionState.BLOCKED, str(exc)
+                    log.warning("event=partition_blocked flow=%s topic=%s partition=%d reason=\"%s\"",
+                                self.flow, rp.tp.topic, rp.tp.partition, exc)
+                    return
+                except MqError as exc:
+                    what = "cannot start (read the target's end)" if stage == "start" else "target write failed"
+                    self._restart(rp, f"{what}: {exc}")
+                except Exception:  # a bug must not stop the flow; it is logged in full
+                    log.exception("event=partition_crashed flow=%s topic=%s partition=%d", self.flow,
+                                  rp.tp.topic, rp.tp.partition)
+                    self._restart(rp, "unexpected error (see the mirror log)")
+                if rp.fetch_offset is None:
+                    if pending is not None:
+                        pending.cancel()
+                        pending = None
+                    await asyncio.sleep(self.retry_backoff_ms / 1000)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+    def _restart(self, rp: RemotePartition, reason: str) -> None:
+        self.metrics.error("append")
+        rp.state, rp.reason = PartitionState.STALLED, reason
+        rp.fetch_offset = None
+        rp.restarts += 1
+        log.info("event=partition_restart flow=%s topic=%s partition=%d reason=\"%s\"",
+                 self.flow, rp.tp.topic, rp.tp.partition, reason)
+
+    async def _start(self, rp: RemotePartition) -> None:
+        """Step 1: the settled end of the remote partition, then the scan."""
+        rtp = rp.remote_tp
+        await self.producer.partitions_for(rtp.topic)  # metadata known: sends never wait for it
+        end = await self._settled_end(rtp)
+        log_start = (await self.target.list_offsets({rtp: EARLIEST_TIMESTAMP}))[rtp].offset
+        source_start = (await self.source.list_offsets({rp.tp: EARLIEST_TIMESTAMP}))[rp.tp].offset
+        syncs = self.store.syncs(rp.tp)
+        scan = TailScan(source_region=self.route.source_region, target_region=self.route.target_region,
+                        log_start=log_start, end=end, sync=syncs[-1] if syncs else None,
+                        source_log_start=source_start)
+        while (window := scan.next_read()) is not None:
+            start, stop = window
+            offset = start
+            while offset < stop:
+                raw = await self.target.fetch_raw(rtp, offset, self.partition_max_bytes)
+                if not raw.records:
+                    break
+                pairs, next_offset = _offsets_and_headers(raw.records)
+                scan.feed([(o, h) for o, h in pairs if o >= offset])
+                offset = max(offset + 1, next_offset)
+            scan.finish_read()
+        assert scan.result is not None
+        rp.index, rp.fetch_offset, rp.resume_reason = scan.result.index, scan.result.fetch_offset, scan.result.reason
+        rp.emitter.reset()
+        rp.state, rp.reason = PartitionState.RUNNING, ""
+        log.info("event=partition_start flow=%s topic=%s partition=%d remote=%s fetch_offset=%d scanned=%d "
+                 "reason=\"%s\"", self.flow, rp.tp.topic, rp.tp.partition, rtp.topic, rp.fetch_offset,
+                 scan.records_read, scan.result.reason)
+
+    async def _settled_end(self, tp: TopicPartition) -> int:
+        """The high watermark once it stayed put for ``settle_ms`` (at most 20 tries)."""
+        end = (await self.target.list_offsets({tp: LATEST_TIMESTAMP}))[tp].offset
+        for _ in range(20):
+            await asyncio.sleep(self.settle_ms / 1000)
+            again = (await self.target.list_offsets({tp: LATEST_TIMESTAMP}))[tp].offset
+            if again == end:
+                return end
+            end = again
+        return end
+
+    async def _fetch(self, rp: RemotePartition, offset: int) -> Fetched | None:
+        """Steps 2 and 3: fetch at ``offset`` and decide; None after a source error (backed off)."""
+        result = await self.fetcher.fetch(rp.tp, offset)
+        wall = self.clock.wall_ms()
+        if isinstance(result, OffsetOutOfRange):
+            return Fetched([], self._out_of_range(rp, offset, result, wall), 0)
+        if isinstance(result, MqError):
+            self.metrics.error("fetch")
+            rp.state, rp.reason = PartitionState.STALLED, f"source fetch failed: {result}"
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+            return None
+        rp.source_end, rp.source_log_start, rp.source_seen_wall_ms = (result.high_watermark,
+                                                                      result.log_start_offset, wall)
+        try:
+            return self._decide(rp, result, offset)
+        except ProtocolError as exc:
+            self.metrics.error("fetch")
+            rp.state, rp.reason = PartitionState.STALLED, f"corrupt fetch answer, fetching again: {exc}"
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+            return None
+
+    def _out_of_range(self, rp: RemotePartition, offset: int, error: OffsetOutOfRange, wall: int) -> int:
+        """A gap (the offset to go on from), or ``PartitionBlocked``."""
+        rp.source_end, rp.source_log_start = error.high_watermark, error.log_start_offset
+        if offset < error.log_start_offset:
+            gap = Gap(rp.tp, offset, error.log_start_offset, wall)
+            rp.gaps.append(gap)
+            rp.gap_records += gap.records
+            self.metrics.gap(rp.tp.topic, rp.tp.partition)
+            log.warning("event=gap flow=%s topic=%s partition=%d from_offset=%d to_offset=%d records=%d "
+                        "message=\"offsets [%d, %d) were deleted in the source before they were copied\"",
+                        self.flow, rp.tp.topic, rp.tp.partition, offset, error.log_start_offset, gap.records,
+                        offset, error.log_start_offset)
+            return error.log_start_offset
+        raise PartitionBlocked(f"the source partition ends at {error.high_watermark}, below offset {offset} the "
+                               f"flow has copied: the source lost records (unclean election, or the topic was "
+                               f"re-created); restart the mirror once the source is what it should be")
+
+    def _decide(self, rp: RemotePartition, raw: RawFetch, offset: int) -> Fetched | None:
+        view = memoryview(raw.records)
+        writes: list[Write] = []
+        next_offset = offset
+        seen = 0
+        copy, admit = rp.stamper.copy, rp.index.admit_origin
+        for pos, header in iter_batches(view):
+            if header.next_offset <= offset:
+                continue
+            next_offset = max(next_offset, header.next_offset)
+            if header.is_control:
+                continue
+            cols = decode_record_columns(view[pos:pos + header.size])
+            for o, ts, key, value, headers in zip(cols.offsets, cols.timestamps, cols.keys, cols.values,
+                                                  cols.headers, strict=True):
+                if o < offset:
+                    continue
+                seen += 1
+                decision, origin, origin_offset, out = copy(headers, o, ts)
+                if not decision or origin is None:
+                    rp.not_forwarded += 1
+                    continue
+                if not admit(origin, origin_offset):
+                    rp.duplicates += 1
+                    continue
+                size = RECORD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+                writes.append((o, ts, key, value, out, size))
+        if next_offset == offset:
+            return None  # nothing new (a long poll that ended empty)
+        return Fetched(writes, next_offset, seen)
+
+    # ------------------------------------------------------------------ writes
+
+    async def _write(self, rp: RemotePartition, writes: list[Write]) -> None:
+        """Step 4 and 5, in writes of at most ``write_max_bytes`` (one batch each)."""
+        topic, partition = rp.remote_tp.topic, rp.remote_tp.partition
+        i = 0
+        while i < len(writes):
+            size, j = 0, i
+            while j < len(writes) and (j == i or size + writes[j][5] <= self.write_max_bytes):
+                size += writes[j][5]
+                j += 1
+            group = writes[i:j]
+            base = await self.producer.send_batch(topic, partition, [(key, value, headers, ts)
+                                                                    for _, ts, key, value, headers, _ in group])
+            wall, now = self.clock.wall_ms(), self.clock.monotonic_ms()
+            rp.records_mirrored += len(group)
+            rp.bytes_mirrored += size
+            rp.last_ts = max(ts for _, ts, *_ in group)
+            latency = max(0, wall - rp.last_ts)
+            rp.latency.add(wall, latency)
+            self.metrics.observe_latencies(rp.tp.topic, rp.tp.partition, (latency,))
+            self._emit(rp.emitter.on_written([(w[0], base + k) for k, w in enumerate(group)], now))
+            i = j
+
+    def _emit(self, syncs: list) -> None:
+        if not syncs:
+            return
+        for sync in syncs:
+            self.store.add(sync)
+        futures = send_offset_syncs(self.producer, self.route.source_region, syncs)
+        task = asyncio.get_running_loop().create_task(self._await_syncs(futures))
+        self._sync_sends.add(task)
+        task.add_done_callback(self._sync_sends.discard)
+
+    async def _await_syncs(self, futures: list) -> None:
+        try:
+            for f in futures:
+                await f
+        except MqError as exc:  # a lost sync only makes translation rewind further
+            self.metrics.error("offset_syncs")
+            log.info("event=offset_sync_failed flow=%s error=%s", self.flow, exc)
+
+
+def _offsets_and_headers(records: bytes) -> tuple[list[tuple[int, tuple]], int]:
+    """Every record's offset and headers, and the offset after the last batch."""
+    view = memoryview(records)
+    out: list[tuple[int, tuple]] = []
+    next_offset = -1
+    for pos, header in iter_batches(view):
+        next_offset = header.next_offset
+        if header.is_control:
+            continue
+        cols = decode_record_columns(view[pos:pos + header.size])
+        out.extend(zip(cols.offsets, cols.headers, strict=True))
+    return out, next_offset
