@@ -47,6 +47,7 @@ class SimConfig:
     jitter_ms: int = 40  # extra delivery delay per record, uniform in [0, jitter_ms]
     tombstone_ratio: float = 0.05
     read_before_write_ratio: float = 0.2
+    sample_every_ms: int = 0  # > 0: record how many keys the regions disagree on, over time
 
 
 @dataclass
@@ -69,6 +70,8 @@ class SimResult:
     written: int = 0
     refused: int = 0
     drained_at_ms: int = 0  # true time of the last delivery
+    last_write_ms: int = 0  # true time of the last write
+    timeline: list[tuple[int, int]] = field(default_factory=list)  # (true time ms, keys disagreed on)
     diverged_keys: int = 0
     causal_violations: list[str] = field(default_factory=list)
 
@@ -104,8 +107,12 @@ def run(seed: int, config: SimConfig) -> SimResult:
     values = rng.fork("values")
     overwritten: list[tuple[bytes, Hlc, str]] = []  # (key, stamp, origin) read, then replaced
     pushed = seq
+    every, next_sample = config.sample_every_ms, 0
     while events:
         now, kind, seq, region, payload = heapq.heappop(events)
+        while every > 0 and next_sample <= now:  # the tables as they stand before ``now``
+            result.timeline.append((next_sample, _disagreeing(tables)))
+            next_sample += every
         if kind == 1:  # a record arrives from another region
             write: Write = payload  # type: ignore[assignment]
             tables[region].apply(write.key, write.value, _headers(write), region=write.region)
@@ -126,6 +133,7 @@ def run(seed: int, config: SimConfig) -> SimResult:
         write = Write(region, key, value, clock.now(pt), to_positive(murmur2(key)) % config.partitions,
                       seq, observed)
         result.written += 1
+        result.last_write_ms = now
         tables[region].apply(key, value, _headers(write), region=region)
         for target in config.regions:
             if target == region:
@@ -140,6 +148,8 @@ def run(seed: int, config: SimConfig) -> SimResult:
         if observed is not None:
             _check_causality(write, observed, result)
             overwritten.append((key, *observed))
+    if every > 0:
+        result.timeline.append((next_sample, _disagreeing(tables)))
     result.digests = {r: t.digest() for r, t in tables.items()}
     result.tables = {r: t.view() for r, t in tables.items()}
     result.diverged_keys = _diverged(result.tables)
@@ -168,6 +178,13 @@ def _check_final(tables: dict[str, TableState], overwritten: list[tuple[bytes, H
             if (entry.hlc, entry.region) == (stamp, origin):
                 result.causal_violations.append(
                     f"{region}: {key!r} ends on {stamp}@{origin}, which a later write read and replaced")
+
+
+def _disagreeing(tables: dict[str, TableState]) -> int:
+    """Keys whose value (``None``: absent or deleted) is not the same in every region."""
+    states = list(tables.values())
+    keys = set().union(*(t.entries for t in states))
+    return sum(1 for k in keys if len({t.get(k) for t in states}) > 1)
 
 
 def _diverged(tables: dict[str, dict[bytes, bytes]]) -> int:

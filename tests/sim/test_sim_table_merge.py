@@ -73,3 +73,15 @@ def test_skew_without_hybrid_clocks_would_lose_causal_writes() -> None:
     for result in results:
         assert result.converged  # still the same table everywhere...
         assert sum("ends on" in v for v in result.causal_violations) > 20  # ...holding replaced values
+
+
+def test_the_disagreement_timeline_drops_to_zero_only_under_a_policy() -> None:
+    for policy in ConflictPolicy:
+        sampled = run(5, SimConfig(policy, sample_every_ms=10))
+        assert sampled.digests == run(5, SimConfig(policy)).digests  # sampling changes nothing
+        times = [t for t, _ in sampled.timeline]
+        assert times == sorted(times) and times[-1] >= sampled.drained_at_ms
+        final = sampled.timeline[-1][1]
+        assert final == sampled.diverged_keys and max(n for _, n in sampled.timeline) > 0
+        assert (final == 0) is (policy is not ConflictPolicy.NONE), (policy, final)
+        assert sampled.last_write_ms < sampled.drained_at_ms
