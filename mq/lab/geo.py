@@ -148,14 +148,26 @@ class GeoLab:
               ready_timeout_s: float = 60.0) -> GeoLab:
         """Start east and west (``brokers`` each, every one a voter), the link pair and the
         mirror flow east -> west; return once both regions are ready and the mirror runs."""
-        owned = data_dir is None
-        root = Path(tempfile.mkdtemp(prefix="mq-geolab-") if owned else data_dir).resolve()
-        root.mkdir(parents=True, exist_ok=True)
+        root, owned = cls._root(data_dir)
         doc = two_region_file(str(root), brokers=brokers, latency_ms=latency_ms, jitter_ms=jitter_ms,
                               sync_interval_ms=sync_interval_ms, refresh_interval_ms=refresh_interval_ms,
                               heartbeat_interval_ms=heartbeat_interval_ms, configs=configs)
+        return cls.launch(doc, root, owned=owned, flows=(FLOW,), ready_timeout_s=ready_timeout_s)
+
+    @staticmethod
+    def _root(data_dir: str | Path | None) -> tuple[Path, bool]:
+        owned = data_dir is None
+        root = Path(tempfile.mkdtemp(prefix="mq-geolab-") if owned else data_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return root, owned
+
+    @classmethod
+    def launch(cls, doc: Mapping[str, Any], root: Path, *, owned: bool, flows: Sequence[str],
+               ready_timeout_s: float = 60.0) -> GeoLab:
+        """Write the region file ``doc`` under ``root``, start it as ``mq up`` does and return
+        once the regions are ready and every mirror flow in ``flows`` runs."""
         path = root / REGION_FILE
-        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        path.write_text(yaml.safe_dump(dict(doc), sort_keys=False), encoding="utf-8")
         deployment = parse_topology(path.read_text(encoding="utf-8"), source=str(path), path=str(path))
         launcher = Launcher(str(root))
         try:
@@ -170,7 +182,8 @@ class GeoLab:
         # before lab.close() must not leave them running once its kernel exits
         atexit.register(lab.close)
         try:
-            lab.wait_mirror_running(timeout_s=ready_timeout_s)
+            for flow in flows:
+                lab.wait_mirror_running(flow=flow, timeout_s=ready_timeout_s)
         except BaseException:
             lab.close()
             raise
