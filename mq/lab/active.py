@@ -103,6 +103,11 @@ class TableWatch:
             self._runner.run(self.view.close(), timeout_s=30)
 
 
+def table_watch(lab: GeoLab, region: str, topic: str) -> TableWatch:
+    """A ``TableWatch`` of ``topic`` in ``region``, closed by ``lab.close()``."""
+    return lab._keep(TableWatch(lab.bootstrap(region), topic, region=region))
+
+
 @dataclass(frozen=True)
 class Written:
     region: str
