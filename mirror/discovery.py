@@ -93,6 +93,14 @@ class Discovery:
             log.info("event=alter_mirror_topic flow=%s topic=%s set=%s delete=%s", flow.name,
                      alter.name, dict(alter.set), list(alter.delete))
             await self.target.alter_configs(alter.name, set=dict(alter.set), delete=alter.delete)
+        for grow in plan.grow:
+            log.info("event=grow_mirror_topic flow=%s topic=%s partitions=%d", flow.name, grow.name,
+                     grow.partitions)
+            try:
+                await self.target.create_partitions(grow.name, grow.partitions)
+            except MqError as exc:
+                if exc.code != ErrorCode.INVALID_PARTITIONS:  # raced: grown meanwhile
+                    raise
         for name, why in {**plan.problems, **plan.skipped}.items():
             if why not in self._reported:
                 self._reported.add(why)

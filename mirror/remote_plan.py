@@ -10,9 +10,11 @@ Every refresh interval the flow lists both regions' topics and asks ``plan_remot
   (``min.insync.replicas`` capped at the target's replication factor): a plain topic, not
   a read-only mirror topic, since the flow writes it with a producer;
 * a remote topic whose configs differ from the source's is **altered** to match;
+* a remote topic with fewer partitions than the source is **grown** to the source's
+  count (CreatePartitions) and the new partitions are copied; one with more cannot
+  shrink (``problems``: the partitions both sides have are copied);
 * a target topic of that name that is a *mirror topic* (active-passive) is never written
-  (``problems``); nor is a differing partition count fixed: the partitions both sides
-  have are copied (mq cannot add partitions).
+  (``problems``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from mirror.topics import (
     MIRROR_SOURCE_REGION,
     AlterTopic,
     CreateTopic,
+    GrowTopic,
     TopicFilter,
     TopicInfo,
+    partition_counts,
     synced_configs,
 )
 
@@ -39,6 +43,7 @@ class RemotePlan:
     partitions: Mapping[str, int] = field(default_factory=dict)  # source topic -> partitions copied
     problems: Mapping[str, str] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)
+    grow: tuple[GrowTopic, ...] = ()
 
     @property
     def mirrored(self) -> Mapping[str, int]:
@@ -57,6 +62,7 @@ def plan_remote_topics(source: Mapping[str, TopicInfo], target: Mapping[str, Top
                        replication_factor: int) -> RemotePlan:
     create: list[CreateTopic] = []
     alter: list[AlterTopic] = []
+    grow: list[GrowTopic] = []
     remote: dict[str, str] = {}
     partitions: dict[str, int] = {}
     problems: dict[str, str] = {}
@@ -87,9 +93,10 @@ def plan_remote_topics(source: Mapping[str, TopicInfo], target: Mapping[str, Top
         removed = tuple(sorted(k for k in existing.configs if k not in wanted))
         if changes or removed:
             alter.append(AlterTopic(remote_name, changes, removed))
-        remote[name], partitions[name] = remote_name, min(info.partitions, existing.partitions)
-        if info.partitions != existing.partitions:
-            problems[name] = (f"{name} has {info.partitions} partitions in {route.source_region} and "
-                              f"{remote_name} {existing.partitions} in {route.target_region}; mq cannot change "
-                              f"a topic's partition count, so partitions 0-{partitions[name] - 1} are copied")
-    return RemotePlan(tuple(create), tuple(alter), remote, partitions, problems, skipped)
+        remote[name] = remote_name
+        partitions[name], problem = partition_counts(
+            name, info.partitions, existing.partitions, route.source_region, route.target_region, grow,
+            target_name=remote_name)
+        if problem:
+            problems[name] = problem
+    return RemotePlan(tuple(create), tuple(alter), remote, partitions, problems, skipped, tuple(grow))

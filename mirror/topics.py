@@ -17,8 +17,11 @@ what to do, as MirrorMaker 2's ``MirrorSourceConnector`` does on
   sides are then mirrors of each other, which only happens while fail-back drains the last
   records before it reverses the direction (``skipped`` otherwise).
 
-mq has no CreatePartitions API, so partition counts cannot grow: a differing count is a
-problem reported for the topic, and the partitions both sides have are mirrored.
+* a target mirror topic with fewer partitions than the source is **grown** to the
+  source's count (CreatePartitions), and the new partitions are mirrored from offset 0;
+  a target with *more* partitions than the source (the source topic was re-created
+  smaller) cannot shrink: that is a problem, and the partitions both sides have are
+  mirrored.
 """
 
 from __future__ import annotations
@@ -80,12 +83,21 @@ class AlterTopic:
 
 
 @dataclass(frozen=True)
+class GrowTopic:
+    """Add partitions to a target topic: ``partitions`` is the new total."""
+
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True)
 class TopicPlan:
     create: tuple[CreateTopic, ...] = ()
     alter: tuple[AlterTopic, ...] = ()
     mirrored: Mapping[str, int] = field(default_factory=dict)  # topic -> partitions to mirror
     problems: Mapping[str, str] = field(default_factory=dict)  # topic -> why it is not (fully) mirrored
     skipped: Mapping[str, str] = field(default_factory=dict)  # topic -> why it is left out on purpose
+    grow: tuple[GrowTopic, ...] = ()
 
 
 def synced_configs(source: TopicInfo, source_region: str, replication_factor: int) -> dict[str, str]:
@@ -105,6 +117,7 @@ def plan_topics(source: Mapping[str, TopicInfo], target: Mapping[str, TopicInfo]
                 replication_factor: int) -> TopicPlan:
     create: list[CreateTopic] = []
     alter: list[AlterTopic] = []
+    grow: list[GrowTopic] = []
     mirrored: dict[str, int] = {}
     problems: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -135,12 +148,27 @@ def plan_topics(source: Mapping[str, TopicInfo], target: Mapping[str, TopicInfo]
         removed = tuple(sorted(k for k in have if k not in wanted and k not in NOT_SYNCED))
         if changes or removed:
             alter.append(AlterTopic(name, changes, removed))
-        mirrored[name] = min(info.partitions, existing.partitions)
-        if info.partitions != existing.partitions:
-            problems[name] = (f"topic {name} has {info.partitions} partitions in {source_region} and "
-                              f"{existing.partitions} in {target_region}; mq cannot change a topic's "
-                              f"partition count, so partitions 0-{mirrored[name] - 1} are mirrored")
-    return TopicPlan(tuple(create), tuple(alter), mirrored, problems, skipped)
+        mirrored[name], problem = partition_counts(
+            name, info.partitions, existing.partitions, source_region, target_region, grow)
+        if problem:
+            problems[name] = problem
+    return TopicPlan(tuple(create), tuple(alter), mirrored, problems, skipped, tuple(grow))
+
+
+def partition_counts(name: str, source: int, target: int, source_region: str, target_region: str,
+                     grow: list[GrowTopic], *, target_name: str | None = None) -> tuple[int, str]:
+    """How many partitions of ``name`` to copy, and the problem to report ("" if none).
+    A target with fewer partitions grows to the source's count (appended to ``grow``);
+    one with more cannot shrink."""
+    target_name = target_name or name
+    if source > target:
+        grow.append(GrowTopic(target_name, source))
+        return source, ""
+    if source < target:
+        return source, (f"topic {name} has {source} partitions in {source_region} and {target_name} "
+                        f"{target} in {target_region}; partitions cannot be removed, so partitions "
+                        f"0-{source - 1} are mirrored")
+    return source, ""
 
 
 def matching_groups(groups: Sequence[str], patterns: Sequence[str], exclude: Sequence[str] = ()) -> list[str]:

@@ -1,6 +1,6 @@
 """ApiVersions, Metadata, and the admin APIs (topics and configs).
 
-Topic changes (CreateTopics, DeleteTopics, AlterConfigs) go to the control plane
+Topic changes (CreateTopics, CreatePartitions, DeleteTopics, AlterConfigs) go to the control plane
 (``mq.broker.control``): the active controller commits them to the metadata log, and
 logs appear or disappear when the broker publishes the committed image.
 """

@@ -61,6 +61,9 @@ from mq.protocol.messages import (
     AlterConfigsResult,
     ConfigResourceType,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -76,7 +79,7 @@ Reply = Callable[[Response], None]
 
 CONTROLLER_REQUEST_TIMEOUT_MS = 30_000
 """How long a client's admin request waits for its records to commit."""
-FORWARDED = (CreateTopicsRequest, DeleteTopicsRequest, AlterConfigsRequest)
+FORWARDED = (CreateTopicsRequest, DeleteTopicsRequest, AlterConfigsRequest, CreatePartitionsRequest)
 """Client requests a non-controller forwards to the active controller (KIP-590)."""
 BROKER_TO_CONTROLLER = (BrokerRegistrationRequest, BrokerHeartbeatRequest, AlterPartitionRequest)
 
@@ -317,6 +320,8 @@ class ControlPlane:
             result = c.create_topics(request, now_ms=now_ms)
         elif isinstance(request, DeleteTopicsRequest):
             result = c.delete_topics(request, now_ms=now_ms)
+        elif isinstance(request, CreatePartitionsRequest):
+            result = c.create_partitions(request, now_ms=now_ms)
         elif isinstance(request, AlterConfigsRequest):
             result = self._alter_configs(request)
         elif isinstance(request, BrokerRegistrationRequest):
@@ -483,6 +488,8 @@ def error_response(request: Request, code: ErrorCode, message: str) -> Response:
     """The response to ``request`` that reports ``code`` for everything it asked."""
     if isinstance(request, CreateTopicsRequest):
         return CreateTopicsResponse([CreatableTopicResult(t.name, code, message) for t in request.topics])
+    if isinstance(request, CreatePartitionsRequest):
+        return CreatePartitionsResponse([CreatePartitionsTopicResult(t.name, code, message) for t in request.topics])
     if isinstance(request, DeleteTopicsRequest):
         return DeleteTopicsResponse([DeletableTopicResult(n, code, message) for n in request.topic_names])
     if isinstance(request, AlterConfigsRequest):

@@ -77,8 +77,8 @@ MAX_FETCH_WAIT_MS = 5 * 60 * 1000
 """A long-poll never parks longer than this, whatever ``max_wait_ms`` asks."""
 
 CONTROL_APIS = frozenset({
-    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.BROKER_REGISTRATION,
-    ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION, ApiKey.RAFT,
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
+    ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION, ApiKey.RAFT,
 })
 """Requests the control plane serves (or forwards to the active controller)."""
 

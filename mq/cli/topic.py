@@ -1,4 +1,8 @@
-"""``mq topic create|list|describe|delete|alter-config``: the admin side of topics.
+"""``mq topic create|list|describe|delete|alter|alter-config``: the admin side of topics.
+
+``mq topic alter NAME --partitions N`` is Kafka's ``kafka-topics.sh --alter --topic NAME
+--partitions N`` (CreatePartitions): the count only grows, and keyed records map to
+other partitions afterwards.
 
 Topic configs use Kafka's names and are checked here (``TopicConfig.from_kafka``)
 before anything is sent, so a typo is reported at once and nothing is half-created;
@@ -62,6 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_bootstrap(p)
     p.set_defaults(func=run_delete)
 
+    p = tsub.add_parser("alter", help="add partitions to a topic",
+                        description="Grow a topic to N partitions (Kafka's kafka-topics.sh --alter --partitions).\n"
+                                    "Partitions are never removed. Keys map to partitions by\n"
+                                    "murmur2(key) % partitions, so most keys move to another partition.")
+    p.add_argument("name", metavar="NAME", help="topic name")
+    p.add_argument("--partitions", type=int, metavar="N", required=True,
+                   help="the new total number of partitions (more than today's)")
+    p.add_argument("--validate-only", action="store_true", help="check the change, make none")
+    add_bootstrap(p)
+    p.set_defaults(func=run_alter)
+
     p = tsub.add_parser("alter-config", help="set or reset topic configs",
                         description="Change topic configs; the others keep their values.")
     p.add_argument("name", metavar="NAME", help="topic name")
@@ -122,6 +137,27 @@ def run_delete(args: argparse.Namespace) -> int:
 
     asyncio.run(delete())
     console().print(f"deleted topic {args.name}")
+    return 0
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    async def alter() -> None:
+        async with _admin(args) as admin:
+            try:
+                await admin.create_partitions(args.name, args.partitions, validate_only=args.validate_only)
+            except MqError as exc:
+                if exc.code == ErrorCode.INVALID_PARTITIONS:
+                    raise CliError(exc.message, "partitions can only be added (records and committed offsets "
+                                   "live in them); for fewer, create a new topic and copy into it",
+                                   exit_code=EXIT_USAGE) from None
+                if exc.code == ErrorCode.INVALID_REPLICATION_FACTOR:
+                    raise CliError(exc.message, "start the missing brokers (`mq status` shows them), then retry") \
+                        from None
+                raise _not_found(exc, args.name) from None
+
+    asyncio.run(alter())
+    done = "would grow" if args.validate_only else "grew"
+    console().print(f"{done} topic {args.name} to {args.partitions} partitions")
     return 0
 
 

@@ -267,6 +267,23 @@ class Admin:
         await self.create_topics([NewTopic(name, partitions, replication_factor, dict(configs or {}))],
                                  exist_ok=exist_ok)
 
+    async def create_partitions(self, topic: str, total: int, *,
+                                assignments: Iterable[Iterable[int]] | None = None,
+                                validate_only: bool = False) -> None:
+        """Grow ``topic`` to ``total`` partitions (Kafka's ``createPartitions`` with
+        ``NewPartitions.increaseTo(total)``); ``assignments``: one replica list per new
+        partition, leader first (default: the controller places them). A total not
+        above the current count raises ``INVALID_PARTITIONS``: partitions never go.
+        Keyed records map to other partitions afterwards (``murmur2(key) % total``)."""
+        new = m.CreatePartitionsTopic(
+            topic, total, None if assignments is None else
+            [m.CreatePartitionsAssignment([int(b) for b in a]) for a in assignments])
+        response = await self._to_controller(m.CreatePartitionsRequest(
+            [new], timeout_ms=self.request_timeout_ms, validate_only=validate_only))
+        _raise_all([(r.name, r.error_code, r.error_message)
+                    for r in response.results if r.error_code])  # type: ignore[attr-defined]
+        self._client.metadata.request_update()
+
     async def delete_topics(self, names: Iterable[str]) -> None:
         response = await self._to_controller(
             m.DeleteTopicsRequest(topic_names=list(names), timeout_ms=self.request_timeout_ms))

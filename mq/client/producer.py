@@ -384,6 +384,8 @@ class Producer:
         if topic not in self._routes:
             await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
             self._on_metadata()
+        if partition is not None:
+            await self._learn_partition(topic, partition)
         if self._blocked:
             await self.wait_for_buffer()
         records = records if isinstance(records, list) else list(records)
@@ -455,6 +457,15 @@ class Producer:
             entry[1].append(rec)
         return [(tps[p].topic_partition, idx, recs) for p, (idx, recs) in sorted(by_partition.items())]
 
+    async def _learn_partition(self, topic: str, partition: int) -> None:
+        """A partition past the known count may have just been added (CreatePartitions):
+        refresh metadata once before calling it invalid, rather than wait for
+        ``metadata_max_age_ms``."""
+        route = self._routes.get(topic)
+        if route is not None and partition >= len(route.tps):
+            await self.cluster.refresh_metadata()
+            self._on_metadata()
+
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]], int]]) -> int:
         """Send ``records`` (``(key, value, headers, timestamp_ms)`` tuples, each with its own
@@ -468,6 +479,7 @@ class Producer:
         if topic not in self._routes:
             await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
             self._on_metadata()
+        await self._learn_partition(topic, partition)
         tps = self._routes[topic].tps
         if not 0 <= partition < len(tps):
             raise MqError(ErrorCode.INVALID_PARTITIONS,

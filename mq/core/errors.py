@@ -58,6 +58,7 @@ class ErrorCode(IntEnum):
     TOPIC_ALREADY_EXISTS = (36, False, "The topic already exists.")
     INVALID_PARTITIONS = (37, False, "The number of partitions is invalid.")
     INVALID_REPLICATION_FACTOR = (38, False, "The replication factor is invalid.")
+    INVALID_REPLICA_ASSIGNMENT = (39, False, "The replica assignment is invalid.")
     INVALID_CONFIG = (40, False, "A configuration value is invalid.")
     NOT_CONTROLLER = (41, True, "This broker is not the active controller, or the quorum is electing one.")
     INVALID_REQUEST = (42, False, "The request is malformed.")

@@ -25,6 +25,7 @@ from mq.core.rng import Rng
 from mq.metadata import election
 from mq.metadata.alter_partition import alter_partition
 from mq.metadata.brokers import BrokerSessions
+from mq.metadata.create_partitions import create_partitions
 from mq.metadata.image import MetadataImage
 from mq.metadata.placement import assign_replicas
 from mq.metadata.records import (
@@ -56,6 +57,8 @@ from mq.protocol.messages import (
     ConfigResourceType,
     CreatableTopic,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -296,6 +299,14 @@ class QuorumController:
         for other in [*self.image.topics, *sorted(created)]:
             if other != name and other.replace(".", "_") == normalized:
                 raise MqError(ErrorCode.INVALID_TOPIC, f"topic {name!r} collides with existing topic {other!r}")
+
+    # ------------------------------------------------------------ CreatePartitions
+
+    def create_partitions(
+        self, request: CreatePartitionsRequest, *, now_ms: int
+    ) -> ControllerResult[CreatePartitionsResponse]:
+        """Grow topics; the rules are in ``mq.metadata.create_partitions``."""
+        return create_partitions(self.image, request, rng=self._rng, max_partitions=MAX_PARTITIONS_PER_TOPIC)
 
     # ------------------------------------------------------------ DeleteTopics
 

@@ -18,7 +18,7 @@ CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
     for cls in (
         m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.MetadataRequest, m.ApiVersionsRequest,
         m.CreateTopicsRequest, m.DeleteTopicsRequest, m.DeleteRecordsRequest, m.DescribeConfigsRequest,
-        m.AlterConfigsRequest, *g.GROUP_REQUESTS, *mirror.MIRROR_REQUESTS,
+        m.AlterConfigsRequest, m.CreatePartitionsRequest, *g.GROUP_REQUESTS, *mirror.MIRROR_REQUESTS,
     )
 }
 

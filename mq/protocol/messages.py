@@ -39,6 +39,7 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
@@ -196,6 +197,47 @@ class DeleteTopicsRequest(Request):
     RESPONSE = DeleteTopicsResponse
     topic_names: list[str]
     timeout_ms: int = 30_000
+
+
+# ---------------------------------------------------------------- CreatePartitions
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsAssignment:
+    """The replicas of one new partition, leader first (Kafka's manual assignment)."""
+
+    broker_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    name: str
+    count: int  # the new total number of partitions, not the number added
+    assignments: list[CreatePartitionsAssignment] | None = None  # None: the controller places them
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopicResult:
+    name: str
+    error_code: int
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse(Response):
+    API_KEY = ApiKey.CREATE_PARTITIONS
+    results: list[CreatePartitionsTopicResult]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest(Request):
+    """Grow topics to ``count`` partitions each; partitions are never removed."""
+
+    API_KEY = ApiKey.CREATE_PARTITIONS
+    RESPONSE = CreatePartitionsResponse
+    topics: list[CreatePartitionsTopic]
+    timeout_ms: int = 30_000
+    validate_only: bool = False
 
 
 # ---------------------------------------------------------------- DescribeConfigs / AlterConfigs

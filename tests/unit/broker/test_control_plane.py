@@ -8,7 +8,14 @@ from __future__ import annotations
 from mq.broker.outbound import Pending
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
-from mq.protocol.messages import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
+from mq.protocol.messages import (
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 from tests.unit.broker.control_harness import ControlCluster
 
 
@@ -53,6 +60,30 @@ def test_create_topics_on_a_follower_is_forwarded_and_answered_after_commit() ->
         assert topic is not None and len(topic.partitions) == 6
     leaders = [cluster.plane(1).image.partition(TopicPartition("payments", p)).leader for p in range(6)]
     assert sorted(leaders) == [1, 1, 2, 2, 3, 3]  # leaders spread evenly
+
+
+def test_create_partitions_on_a_follower_is_forwarded_and_every_broker_sees_the_new_partitions() -> None:
+    cluster = ControlCluster()
+    cluster.run_until(lambda: _controller(cluster) is not None and _all_ready(cluster))
+    follower = next(i for i in cluster.ids if i != _controller(cluster))
+    assert _create(cluster, follower, "payments", 2, 3).topics[0].error_code == ErrorCode.NONE
+
+    def grow(count: int) -> CreatePartitionsResponse:
+        outcome = cluster.request(follower, CreatePartitionsRequest([CreatePartitionsTopic("payments", count)]))
+        if isinstance(outcome, Pending):
+            cluster.run_until(lambda: (follower, outcome.op_id) in cluster.answers, timeout_ms=5000)
+            outcome = cluster.answers[(follower, outcome.op_id)]
+        assert isinstance(outcome, CreatePartitionsResponse)
+        return outcome
+
+    assert grow(5).results[0].error_code == ErrorCode.NONE
+    cluster.run(200)
+    for i in cluster.ids:
+        topic = cluster.plane(i).image.topic("payments")
+        assert topic is not None and list(topic.partitions) == [0, 1, 2, 3, 4]
+    shrink = grow(3).results[0]
+    assert shrink.error_code == ErrorCode.INVALID_PARTITIONS
+    assert "topic payments has 5 partitions; the count can only grow" in shrink.error_message
 
 
 def test_a_crashed_broker_is_fenced_and_its_partitions_get_new_leaders() -> None:

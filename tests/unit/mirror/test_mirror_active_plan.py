@@ -48,8 +48,16 @@ def test_existing_remote_topics_follow_the_source_and_mirror_topics_are_never_wr
     [alter] = p.alter
     assert (alter.name, dict(alter.set), alter.delete) == ("east.orders", {"retention.ms": "5000"},
                                                           ("cleanup.policy",))
-    assert p.partitions == {"orders": 4} and "partitions 0-3 are copied" in p.problems["orders"]
+    assert p.partitions == {"orders": 6} and [(g.name, g.partitions) for g in p.grow] == [("east.orders", 6)]
+    assert "orders" not in p.problems  # the remote topic grows to the source's count
     assert "read-only mirror topic of east" in p.problems["audit"]
+    assert not [g for g in p.grow if g.name == "east.audit"]  # a mirror topic is never grown
+
+
+def test_a_remote_topic_with_more_partitions_than_the_source_is_reported() -> None:
+    p = plan({"orders": TopicInfo(2)}, {"east.orders": TopicInfo(3)})
+    assert not p.grow and p.partitions == {"orders": 2}
+    assert "partitions 0-1 are mirrored" in p.problems["orders"]
 
 
 def test_identity_names_keep_the_topic() -> None:

@@ -46,9 +46,24 @@ def test_config_changes_in_the_source_are_followed() -> None:
     assert p.mirrored == {"orders": 3}
 
 
-def test_a_differing_partition_count_is_reported_and_the_common_partitions_mirrored() -> None:
+def test_a_mirror_topic_with_fewer_partitions_grows_to_the_sources_count() -> None:
     p = plan({"orders": TopicInfo(6)}, {"orders": TopicInfo(4, {MSR: "east"})})
-    assert p.mirrored == {"orders": 4} and "6 partitions" in p.problems["orders"]
+    assert [(g.name, g.partitions) for g in p.grow] == [("orders", 6)]
+    assert p.mirrored == {"orders": 6} and not p.problems
+    same = plan({"orders": TopicInfo(4)}, {"orders": TopicInfo(4, {MSR: "east"})})
+    assert not same.grow and same.mirrored == {"orders": 4}
+
+
+def test_a_mirror_topic_with_more_partitions_than_the_source_is_reported_and_never_shrunk() -> None:
+    p = plan({"orders": TopicInfo(4)}, {"orders": TopicInfo(6, {MSR: "east"})})
+    assert not p.grow and p.mirrored == {"orders": 4}
+    assert "4 partitions in east and orders 6 in west" in p.problems["orders"]
+    assert "partitions 0-3 are mirrored" in p.problems["orders"]
+
+
+def test_a_topic_that_is_not_a_mirror_is_never_grown() -> None:
+    p = plan({"orders": TopicInfo(6)}, {"orders": TopicInfo(2)})
+    assert not p.grow and "not a mirror topic" in p.problems["orders"]
 
 
 def test_a_mirror_of_the_target_region_is_not_mirrored_back_unless_both_are_mirrors() -> None:
