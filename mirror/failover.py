@@ -22,6 +22,9 @@ For every flow into REGION, step by step (each step is printed):
    ``<data_dir>/mirror-<flow>/failover.json``: fail-back copies the old primary's records
    past that point to ``<topic>.diverged`` before it truncates there.
 
+For active-active flows (remote topics at other offsets) ``--translate`` moves groups
+instead: ``mirror.translated_failover``.
+
 Groups resume at their synced offsets: those are already in REGION's ``__consumer_offsets``,
 so a consumer of the group in REGION starts there, having re-read at most what it
 committed in the last sync interval, and skipping nothing REGION has.
