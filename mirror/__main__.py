@@ -78,9 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_args(failover)
     failover.add_argument("--to", required=True, metavar="REGION", help="the region that becomes the writer")
     failover.add_argument("--group", action="append", default=[], metavar="GROUP",
-                          help="also sync this group's offsets, even if the flow's patterns leave it out")
+                          help="also sync this group's offsets, even if the flow's patterns leave it out "
+                               "(with --translate: the groups to move)")
     failover.add_argument("--topic", action="append", default=[], metavar="TOPIC",
                           help="promote only these mirror topics (default: all of the flow's)")
+    failover.add_argument("--translate", action="store_true",
+                          help="active-active flows: commit each --group's translated offsets on the remote "
+                               "topics in REGION (the group must have no active members there); the flows "
+                               "keep running and nothing is promoted")
     failover.add_argument("--json", action="store_true", help="the report as JSON (the steps go to stderr)")
 
     failback = sub.add_parser("failback", help="make REGION the writer again after a fail-over")

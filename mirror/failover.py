@@ -22,6 +22,9 @@ For every flow into REGION, step by step (each step is printed):
    ``<data_dir>/mirror-<flow>/failover.json``: fail-back copies the old primary's records
    past that point to ``<topic>.diverged`` before it truncates there.
 
+For active-active flows (remote topics at other offsets) ``--translate`` moves groups
+instead: ``mirror.translated_failover``.
+
 Groups resume at their synced offsets: those are already in REGION's ``__consumer_offsets``,
 so a consumer of the group in REGION starts there, having re-read at most what it
 committed in the last sync interval, and skipping nothing REGION has.
@@ -231,6 +234,16 @@ def cmd_failover(args) -> int:
     path = args.cluster or default_cluster_path()
     flows = flows_into(path, args.to)
     say = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    if args.translate:
+        from mirror.translated_failover import failover_translated, print_translated
+
+        translated = asyncio.run(failover_translated(flows, args.group, say=say))
+        if args.json:
+            print(json.dumps(translated if len(translated) > 1 else translated[0], indent=2))
+        else:
+            for report in translated:
+                print_translated(report)
+        return 0
     reports = [asyncio.run(failover_flow(f, groups=args.group, topics=args.topic, say=say)) for f in flows]
     if args.json:
         print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))

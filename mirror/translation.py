@@ -265,6 +265,32 @@ def translate(committed: int, syncs: Sequence[OffsetSync]) -> int | None:
     return syncs[j - 1].target_offset + 1
 
 
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """Source offset ``committed`` stands for target offset ``offset``; a group that starts
+    there re-reads at most ``reread_bound`` records it had read in the source (0 when
+    ``exact``: at a sync or inside its one-for-one run)."""
+
+    committed: int
+    offset: int
+    reread_bound: int
+    exact: bool
+
+
+def translate_bounded(committed: int, syncs: Sequence[OffsetSync]) -> Translation | None:
+    """``translate`` with its re-read bound, the distance to the previous sync: past sync
+    ``s``, the target records from ``s.target_offset + 1`` to the one standing for
+    ``committed`` are copies of source records in ``(s.source_offset, committed)``, so at
+    most ``committed - s.source_offset - 1`` of them."""
+    offset = translate(committed, syncs)
+    if offset is None:
+        return None
+    j = bisect_left(syncs, committed, key=lambda s: s.source_offset)
+    if j < len(syncs) and committed >= syncs[j].source_offset - syncs[j].run:
+        return Translation(committed, offset, 0, True)
+    return Translation(committed, offset, committed - syncs[j - 1].source_offset - 1, False)
+
+
 class OffsetSyncStore:
     """Each partition's offset syncs, read from the syncs topic in log order (MM2's
     ``OffsetSyncStore``). The newest sync wins: one that goes back (a source or target
@@ -300,6 +326,9 @@ class OffsetSyncStore:
 
     def translate(self, tp: TopicPartition, committed: int) -> int | None:
         return translate(committed, self._syncs.get(tp, ()))
+
+    def translate_bounded(self, tp: TopicPartition, committed: int) -> Translation | None:
+        return translate_bounded(committed, self._syncs.get(tp, ()))
 
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._syncs)

@@ -359,11 +359,13 @@ class GeoLab:
                          stdout, "\n".join(line for _, line in steps), tuple(round(t, 3) for t, _ in lines))
 
     def failover(self, *, to: str = TARGET, groups: Sequence[str] = (), topics: Sequence[str] = (),
-                 timeout_s: float = 120.0) -> MirrorRun:
+                 translate: bool = False, timeout_s: float = 120.0) -> MirrorRun:
         """``mq mirror failover --to REGION``; ``report`` holds its JSON (records at risk,
-        promotion ends, the groups' offsets in REGION)."""
+        promotion ends, the groups' offsets in REGION). ``translate``: ``--translate``, for
+        active-active flows: each group's translated offsets on the remote topics, with the
+        re-read bound per partition (a list of reports when there are several)."""
         args = ["failover", "--to", to, *(x for g in groups for x in ("--group", g)),
-                *(x for t in topics for x in ("--topic", t))]
+                *(x for t in topics for x in ("--topic", t)), *(["--translate"] if translate else [])]
         return self.mirror(*args, timeout_s=timeout_s, json_out=True).check()
 
     def failback(self, *, to: str = SOURCE, catch_up_timeout_s: float = 120.0) -> MirrorRun:

@@ -27,6 +27,7 @@ from mirror.translation import (
     offset_syncs_topic,
     plan_checkpoints,
     translate,
+    translate_bounded,
 )
 from mq.core.types import TopicPartition
 
@@ -159,6 +160,32 @@ def test_translation_is_never_ahead_monotonic_exact_at_syncs_and_rereads_are_bou
         i = bisect_left(kept, c, key=lambda s: s.source_offset)  # the previous sync: kept[i - 1]
         bound = c - kept[i - 1].source_offset - 1 if i else 0
         assert h.rereads(r, c) <= bound, f"{h.rereads(r, c)} re-reads for {c}, over the distance {bound}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.sampled_from([1024, 3]))
+def test_the_reported_reread_bound_holds_and_is_zero_where_exact(h: History, max_syncs: int) -> None:
+    store = store_of(h, max_syncs)
+    for c in range(h.source_end + 3):
+        t = store.translate_bounded(TP, c)
+        assert (t is None) == (store.translate(TP, c) is None)
+        if t is None:
+            continue
+        assert t.offset == store.translate(TP, c) and t.committed == c and t.reread_bound >= 0
+        assert h.rereads(t.offset, c) <= t.reread_bound, f"{h.rereads(t.offset, c)} re-reads for {c}: {t}"
+        if t.exact:
+            assert t.reread_bound == 0 and t.offset == h.truth(c)
+
+
+def test_reread_bound_is_the_distance_to_the_previous_sync() -> None:
+    syncs = [OffsetSync(TP, 10, 100, 0), OffsetSync(TP, 50, 130, 20)]
+    assert translate_bounded(5, syncs) is None
+    assert translate_bounded(10, syncs) == translate_bounded(10, syncs[:1])  # at a sync: exact
+    assert translate_bounded(10, syncs).reread_bound == 0 and translate_bounded(10, syncs).exact
+    assert translate_bounded(25, syncs).offset == 101 and translate_bounded(25, syncs).reread_bound == 14
+    assert translate_bounded(40, syncs).offset == 120 and translate_bounded(40, syncs).exact  # in the run
+    late = translate_bounded(80, syncs)
+    assert (late.offset, late.reread_bound, late.exact) == (131, 29, False)
 
 
 @settings(max_examples=100, deadline=None)
