@@ -60,3 +60,26 @@ def test_three_voters_become_ready_and_a_sigterm_is_a_controlled_shutdown(tmp_pa
     finally:
         for b in brokers:
             b.stop()
+
+
+def test_a_broker_listening_on_every_interface_advertises_advertised_listeners(tmp_path: Path):
+    """As in a container: listen on 0.0.0.0, tell clients and peers another address."""
+    port = free_port()
+    broker = BrokerProcess(tmp_path / "b1", port, host="0.0.0.0",
+                           configs={"advertised.listeners": f"127.0.0.1:{port}"})
+    try:
+        broker.start(timeout_s=60)
+        with RawClient.to(broker) as raw:
+            metadata = raw.request(MetadataRequest([]))
+        assert [(b.node_id, b.host, b.port) for b in metadata.brokers] == [(1, "127.0.0.1", port)]
+    finally:
+        broker.stop()
+
+
+def test_an_advertised_wildcard_address_is_refused_with_what_to_write(tmp_path: Path):
+    port = free_port()
+    cmd = broker_command(1, tmp_path / "b1", "0.0.0.0", port, {"advertised.listeners": f"0.0.0.0:{port}"})
+    done = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "advertised.listeners" in done.stderr and "127.0.0.1:19092" in done.stderr
+    assert "Traceback" not in done.stderr
