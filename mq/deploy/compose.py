@@ -377,14 +377,15 @@ def _header(deployment: Deployment, options: ComposeOptions) -> str:
         "Port map (published on 127.0.0.1):",
     ]
     ports = published_ports(deployment, options.port_offset)
+    labels = [r.name for r in deployment.regions] + [f"link {p.name}" for p in deployment.pairs]
+    width = max(len(label) for label in labels) + 2
     for region in deployment.regions:
         native = [p.port for p in ports if p.service == region.name and not p.what.endswith("metrics")]
         metrics = [p.port for p in ports if p.service == region.name and p.what.endswith("metrics")]
-        lines.append(f"  {region.name:<12} brokers {_ranges(native)}   metrics {_ranges(metrics)}"
-                     f"   bootstrap {','.join(f'127.0.0.1:{p}' for p in native)}")
-    for p in ports:
-        if p.service.startswith("link-"):
-            lines.append(f"  {p.service:<12} control {p.port}   (`mq link ...`)")
+        lines.append(f"  {region.name:<{width}}brokers {_ranges(native)}, metrics {_ranges(metrics)}")
+    for pair in deployment.pairs:
+        control = next(p.port for p in ports if p.service == f"link-{pair.name}")
+        lines.append(f"  {'link ' + pair.name:<{width}}control {control} (`mq link ...`)")
     return "\n".join(f"# {line}".rstrip() for line in lines) + "\n"
 
 
