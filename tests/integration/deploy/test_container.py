@@ -50,7 +50,7 @@ def test_the_cluster_document_is_written_where_the_processes_read_it(tmp_path: P
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, environ, role, name, words):
     env = {k: v for k, v in os.environ.items() if k != "MQ_CLUSTER_JSON"}
     env.update(environ if environ is not None else {"MQ_CLUSTER_JSON": cluster_json(tmp_path)})
-    done = subprocess.run([sys.executable, "-m", "mq.deploy.container", role, name], env=env, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "mq.deploy.container", role, name], env=env, cwd=REPO, check=False,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("mq container: ") and words in done.stderr, done.stderr
@@ -62,7 +62,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, environ, role, name, w
 
 def _http_server(status: int, body: str) -> HTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             assert self.path == "/ready"
             self.send_response(status)
             self.end_headers()
@@ -118,8 +118,8 @@ def test_nothing_listening_is_unhealthy_with_one_line(tmp_path: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     done = subprocess.run([sys.executable, "-I", "-S", str(REPO / "docker" / "healthcheck.py"), "broker",
-                           f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+                           f"127.0.0.1:{port}"], check=False, capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "ConnectionRefusedError" in done.stdout and done.stdout.count("\n") == 1
     missing = subprocess.run([sys.executable, "-I", "-S", str(REPO / "docker" / "healthcheck.py"), "mirror",
-                              str(tmp_path / "none.json")], capture_output=True, text=True, timeout=30)
+                              str(tmp_path / "none.json")], check=False, capture_output=True, text=True, timeout=30)
     assert missing.returncode == 1 and "FileNotFoundError" in missing.stdout

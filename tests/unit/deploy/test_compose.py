@@ -39,9 +39,9 @@ def two_regions(east: str = "127.0.0.1:9092", west: str = "127.0.0.1:9192", **na
             f"mirrors: [{{name: {flow}, source: {e}, target: {w}}}]\n")
 
 
-def loaded(options: ComposeOptions = ComposeOptions(), deployment: Deployment | None = None) -> dict:
+def loaded(options: ComposeOptions | None = None, deployment: Deployment | None = None) -> dict:
     """The rendered file read back as compose reads it (aliases resolved, $$ still escaped)."""
-    return yaml.safe_load(render_compose(deployment or default(), options))
+    return yaml.safe_load(render_compose(deployment or default(), options or ComposeOptions()))
 
 
 def test_the_committed_compose_file_is_the_generated_one():
