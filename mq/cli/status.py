@@ -186,6 +186,7 @@ def _print_links(links: list[dict]) -> None:
 
 
 def _flows(launcher, deployment) -> list[dict]:
+    from mq.deploy.compose_runtime import mirror_status
     from mq.deploy.services import mirror_available
 
     installed = mirror_available() if deployment.flows else False
@@ -194,9 +195,12 @@ def _flows(launcher, deployment) -> list[dict]:
     out = []
     for flow in deployment.flows:
         proc = by_key.get(f"mirror/{flow.name}")
+        status = _read_json(flow.status_path)
+        if status is None and proc is not None and proc.alive:  # a mirror container writes it inside
+            status = mirror_status(launcher.data_dir, flow.name)
         out.append({"name": flow.name, "source": flow.source, "target": flow.target, "mode": flow.mode,
                     "process": proc.to_json() if proc is not None else None, "mirror_installed": installed,
-                    "status_file": flow.status_path, "mirror_status": _read_json(flow.status_path)})
+                    "status_file": flow.status_path, "mirror_status": status})
     return out
 
 

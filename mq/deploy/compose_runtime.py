@@ -22,8 +22,9 @@ from typing import Any
 import yaml
 
 from mq.deploy import state as cluster_state
-from mq.deploy.compose import ComposeError, host_cluster
-from mq.deploy.topology import Deployment
+from mq.deploy.compose import CONTAINER_DATA_DIR, ComposeError, host_cluster
+from mq.deploy.errors import DeployError
+from mq.deploy.topology import BrokerSpec, Deployment, Topology
 
 DOCKER_TIMEOUT_S = 60.0
 
@@ -196,3 +197,164 @@ class Containers:
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout if done.returncode == 0 else None
+
+
+# ---------------------------------------------------------------------- what the launcher asks
+
+
+def _started_ms(started_at: str) -> int | None:
+    """Docker's ``2026-01-02T03:04:05.123456789Z`` as epoch ms (None when unknown)."""
+    from datetime import datetime
+
+    if not started_at or started_at.startswith("0001-"):
+        return None
+    head, _, frac = started_at.rstrip("Z").partition(".")
+    try:
+        when = datetime.fromisoformat(f"{head}.{(frac or '0')[:6]:0<6}+00:00")
+    except ValueError:
+        return None
+    return int(when.timestamp() * 1000)
+
+
+def _data_bytes(containers: Containers, service: str) -> int:
+    out = containers.run("exec", containers.container(service), "du", "-sb", f"{CONTAINER_DATA_DIR}/data",
+                         check=False, timeout_s=10)
+    first = out.split()[:1]
+    return int(first[0]) if first and first[0].isdigit() else 0
+
+
+def broker_statuses(state: dict[str, Any]) -> list:
+    """``Launcher.status`` for a compose cluster: each broker's container (host pid,
+    running, paused) and what the broker answers at its published address."""
+    from mq.deploy import probe
+    from mq.deploy.launcher import BrokerStatus
+
+    deployment = Deployment.from_json(state)
+    containers = Containers.of(state)
+    services = [f"{r.name}-{b.node_id}" for r in deployment.regions for b in r.brokers]
+    states = containers.states(services)
+    out = []
+    for region in deployment.regions:
+        for spec in region.brokers:
+            service = f"{region.name}-{spec.node_id}"
+            st = states[service]
+            answering, topics, partitions = False, None, None
+            if st.running and not st.paused:
+                try:
+                    meta = probe.metadata(spec.listen, timeout_s=1.0)
+                    answering = True
+                    user = [t for t in meta.topics if not t.is_internal and not t.name.startswith("__")]
+                    topics, partitions = len(user), sum(len(t.partitions) for t in user)
+                except probe.ProbeError:
+                    pass
+            size = _data_bytes(containers, service) if st.running and not st.paused else 0
+            out.append(BrokerStatus(spec, st.pid if st.running else None, st.running, answering, topics, partitions,
+                                    size, _started_ms(st.started_at) if st.running else None, st.paused,
+                                    region.name))
+    return out
+
+
+def service_statuses(state: dict[str, Any], services: Sequence) -> list:
+    """``Launcher.service_status`` for the link and mirror containers."""
+    from mq.deploy.launcher import ServiceStatus
+
+    containers = Containers.of(state)
+    names = [svc.key.replace("/", "-") for svc in services]  # link/east-west -> link-east-west
+    states = containers.states(names)
+    return [ServiceStatus(svc, states[n].pid if states[n].running else None, states[n].running,
+                          _started_ms(states[n].started_at) if states[n].running else None)
+            for svc, n in zip(services, names, strict=True)]
+
+
+def refuse_processes(state: dict[str, Any] | None, data_dir: str, what: str) -> None:
+    """``mq up`` and ``mq down`` leave a compose cluster to Docker."""
+    section = docker_section(state)
+    if section is None:
+        return
+    project = section.get("project", "mq")
+    raise ComposeError(f"{data_dir} describes a Docker Compose cluster (project {project}, `mq docker attach`): "
+                       f"`{what}` does not start or stop containers",
+                       "use `docker compose -f FILE up -d` / `down -v` (or docker-compose), or another --data-dir")
+
+
+def broker_verb(state: dict[str, Any], region: Topology, spec: BrokerSpec, verb: str, *, name: str,
+                stop_timeout_s: float = 30.0, ready_timeout_s: float = 60.0):
+    """``mq broker kill|pause|resume|restart`` on a broker's container: ``docker kill`` (a
+    crash), ``pause``/``unpause`` (the cgroup freezer), ``stop`` (SIGTERM: a controlled
+    shutdown) then ``start`` and wait until it serves again."""
+    import time
+
+    from mq.deploy.broker_verbs import BrokerAction
+
+    containers = Containers.of(state)
+    service = f"{region.name}-{spec.node_id}"
+    container = containers.container(service)
+    st = containers.states([service])[service]
+    flag = f" --region {region.name}"
+    if verb != "restart" and not st.running:
+        raise DeployError(f"{name} (container {container}) is not running ({st.status})",
+                          f"start it again with `mq broker restart {spec.node_id}{flag}` (or `docker start {container}`)")
+    if verb == "pause" and st.paused:
+        raise DeployError(f"{name} is already paused", f"resume it with `mq broker resume {spec.node_id}{flag}`")
+    if verb == "resume" and not st.paused:
+        raise DeployError(f"{name} is not paused", f"pause it first with `mq broker pause {spec.node_id}{flag}`")
+    started = time.monotonic()
+    if verb == "kill":
+        containers.kill(service)
+        return BrokerAction(name, spec.node_id, "killed", st.pid, waited_ms=_ms_since(started), region=region.name)
+    if verb in ("pause", "resume"):
+        (containers.pause if verb == "pause" else containers.unpause)(service)
+        return BrokerAction(name, spec.node_id, "paused" if verb == "pause" else "resumed", st.pid,
+                            region=region.name)
+    if st.running:
+        if st.paused:
+            containers.unpause(service)
+        containers.stop(service, timeout_s=stop_timeout_s)
+    containers.start(service)
+    wait_serving(region, spec, timeout_s=ready_timeout_s, name=name, logs=lambda: containers.logs(service))
+    new = containers.states([service])[service]
+    return BrokerAction(name, spec.node_id, "restarted", new.pid, st.pid if st.running else None,
+                        _ms_since(started), region=region.name)
+
+
+def _ms_since(started: float) -> int:
+    import time
+
+    return int((time.monotonic() - started) * 1000)
+
+
+def wait_serving(region: Topology, spec: BrokerSpec, *, timeout_s: float, name: str, logs=None) -> None:
+    """Until the broker answers Metadata naming a controller, itself registered and unfenced."""
+    import time
+
+    from mq.deploy import probe
+    from mq.deploy.readiness import region_problems
+
+    deadline = time.monotonic() + timeout_s
+    problems = ["not asked yet"]
+    while time.monotonic() < deadline:
+        try:
+            answer: Any = probe.metadata(spec.listen, timeout_s=1.0)
+        except probe.ProbeError as exc:
+            answer = str(exc)
+        problems = region_problems([spec], [spec.node_id], {spec.node_id: answer})
+        if not problems:
+            return
+        time.sleep(0.2)  # polling a container we just started, with a deadline
+    raise DeployError(f"{name} was not serving within {timeout_s:g} s: {'; '.join(problems)}",
+                      "look at its log (`docker logs CONTAINER`)", log_tail=logs() if logs else "")
+
+
+def mirror_status(data_dir: str, flow: str) -> dict[str, Any] | None:
+    """A compose cluster's mirror status.json, read inside its container (None: not a
+    compose cluster, or the mirror has written none yet)."""
+    state = cluster_state.read_state(data_dir)
+    if docker_section(state) is None:
+        return None
+    containers = Containers.of(state)  # type: ignore[arg-type]
+    text = containers.read_file(f"mirror-{flow}", f"{CONTAINER_DATA_DIR}/mirror-{flow}/status.json")
+    try:
+        doc = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
