@@ -11,6 +11,7 @@ through the ``docker`` command line, as a person would.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -77,6 +78,24 @@ def docker_section(state: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------- containers
+
+
+@functools.cache
+def compose_command() -> tuple[str, ...]:
+    """``docker compose`` (Compose v2) when the plugin is installed, else ``docker-compose`` (v1)."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        try:
+            v2 = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            v2 = None
+        if v2 is not None and v2.returncode == 0:
+            return (docker, "compose")
+    v1 = shutil.which("docker-compose")
+    if v1 is not None:
+        return (v1,)
+    raise DockerError("neither `docker compose` nor `docker-compose` is installed",
+                      "install Docker Compose (Debian: apt-get install docker-compose)")
 
 
 class DockerError(ComposeError):
