@@ -127,6 +127,11 @@ def test_status_sees_both_regions_the_link_and_the_mirror(cluster):
         assert region["controller"] is not None
     assert {x["name"]: x["state"] for x in doc["links"]} == {"east->west": "up", "west->east": "up"}
     assert doc["flows"][0]["process"]["alive"]
+    # and with nothing but a published address, as `mq status --bootstrap localhost:19092` in the how-to
+    first = doc["regions"][1]["bootstrap"].split(",")[0]
+    seen = json.loads(mq(env, "status", "--bootstrap", first, "--json"))
+    assert [(b["endpoint"], b["state"]) for b in seen["brokers"]] == [
+        (b["endpoint"], "alive") for b in doc["regions"][1]["brokers"]]
 
 
 def _flow_running(env: dict) -> dict | None:
