@@ -210,9 +210,23 @@ class BrokerMetrics:
             "mq_request_latency_seconds", "Time from a request's arrival to its response, per API",
             ["api"], registry=self.registry, buckets=LATENCY_BUCKETS)
         self._children: dict[str, object] = {}
+        self.node: BrokerNode | None = None
 
     def attach(self, node: BrokerNode, server: BrokerServer | None) -> None:
+        self.node = node
         self.registry.register(_NodeCollector(node, server))
+
+    def readiness(self) -> tuple[bool, str]:
+        """``GET /ready``: whether this broker serves (registered, not fenced, caught up with
+        the metadata log) and, when not, why. A container's healthcheck asks this."""
+        node = self.node
+        if node is None:
+            return False, "starting"
+        if node.is_ready:
+            return True, f"ready node_id={node.node_id} controller={node.controller_id}"
+        life = node.control.lifecycle
+        return False, (f"not ready node_id={node.node_id} registered={life.broker_epoch >= 0} "
+                       f"fenced={life.is_fenced} caught_up={life.is_caught_up} controller={node.controller_id}")
 
     def observe_request(self, api: str, seconds: float) -> None:
         child = self._children.get(api)
@@ -225,13 +239,19 @@ class BrokerMetrics:
 
 
 async def start_metrics_server(metrics: BrokerMetrics, host: str, port: int) -> tuple[web.AppRunner, tuple[str, int]]:
-    """Serve ``GET /metrics`` with aiohttp; returns the runner and the bound address."""
+    """Serve ``GET /metrics`` (and ``GET /ready``: 200 or 503 with the reason) with aiohttp;
+    returns the runner and the bound address."""
 
     async def handle_metrics(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def handle_ready(request: web.Request) -> web.Response:
+        ready, text = metrics.readiness()
+        return web.Response(status=200 if ready else 503, text=text + "\n")
+
     app = web.Application()
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/ready", handle_ready)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

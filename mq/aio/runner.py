@@ -59,6 +59,19 @@ def split_host_port(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def advertised_address(config: BrokerConfig) -> tuple[str, int]:
+    """What this broker registers and clients dial: ``advertised.listeners``, else
+    ``listeners``. A broker listening on every interface (``0.0.0.0:9092``, as in a
+    container) must advertise an address others can dial."""
+    if not config.advertised_listeners:
+        return split_host_port(config.listeners)
+    host, port = split_host_port(config.advertised_listeners)
+    if host in ("0.0.0.0", "::") or port == 0:
+        raise MqError(ErrorCode.INVALID_CONFIG, f"advertised.listeners={config.advertised_listeners!r} is not an "
+                      "address others can dial: name a host and a port, for example 127.0.0.1:19092")
+    return host, port
+
+
 def metrics_address(config: BrokerConfig) -> tuple[str, int]:
     """``metrics.listener``, else the native port + 10000 (ephemeral if that overflows)."""
     if config.metrics_listener:
@@ -79,11 +92,12 @@ async def serve(
     controlled shutdown of at most ``shutdown_timeout_s`` (cut short by ``force``)."""
     clock = SystemClock()
     host, port = split_host_port(config.listeners)
+    advertised_host, advertised_port = advertised_address(config)
     # MQ_FILEIO_JOURNAL records every fsync so a chaos test can apply
     # ``mq.storage.fileio.power_loss`` to the data dir after killing the broker.
     fileio = OsFileIO(journal=os.environ.get("MQ_FILEIO_JOURNAL") or None)
     node = BrokerNode(config, fileio, rng=Rng(clock.wall_ms() ^ config.node_id),
-                      advertised_host=host, advertised_port=port)
+                      advertised_host=advertised_host, advertised_port=advertised_port)
     metrics = BrokerMetrics()
     server = BrokerServer(node, config, clock=clock, metrics=metrics)
     metrics.attach(node, server)
@@ -91,7 +105,8 @@ async def serve(
         bound = await server.start(host, port)
         # No await between listening and starting the node: no request is read before
         # it starts, and a ``:0`` listener registers with the port it really got.
-        node.set_advertised_port(bound[1])
+        if not config.advertised_listeners:
+            node.set_advertised_port(bound[1])
         node.start(now_ms=clock.wall_ms())
         runner, metrics_bound = await start_metrics_server(metrics, *metrics_address(config))
     except BaseException:
@@ -259,6 +274,7 @@ def parse_command_line(argv: Sequence[str] | None) -> tuple[BrokerConfig, Runner
             values[name] = str(value)
     config = BrokerConfig.from_kafka(values)
     split_host_port(config.listeners)
+    advertised_address(config)
     return config, RunnerOptions(ready_timeout_s=args.ready_timeout, shutdown_timeout_s=args.shutdown_timeout)
 
 

@@ -84,6 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the mirror flows (process, and the mirror's own status: lag). Exits 1 when no\n"
                                    "broker runs.")
     add_data_dir(p)
+    p.add_argument("-b", "--bootstrap", dest="status_bootstrap", metavar="HOST:PORT[,...]", default=None,
+                   help="instead: the region these brokers belong to, as they tell it (no cluster.json needed, "
+                        "e.g. a compose cluster: --bootstrap 127.0.0.1:19092)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--watch", type=float, metavar="SECONDS", default=None,
                    help="redraw every SECONDS until Ctrl-C (watch ISRs shrink and leaders move)")

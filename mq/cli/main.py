@@ -16,6 +16,7 @@ from mq.cli import (
     bench,
     broker_ctl,
     consume,
+    docker_cmd,
     dump_log,
     group,
     link,
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump_log.register(sub)
     bench.register(sub)
     mirror_cmd.register(sub)
+    docker_cmd.register(sub)
     return parser
 
 

@@ -45,6 +45,9 @@ def run_status(args: argparse.Namespace) -> int:
 def _status_once(args: argparse.Namespace) -> int:
     from mq.deploy import Launcher
 
+    if getattr(args, "status_bootstrap", None):
+        return _status_of_brokers(args.status_bootstrap, as_json=args.json)
+
     launcher = Launcher(args.data_dir)
     deployment = launcher.recorded()
     brokers = launcher.status()
@@ -78,6 +81,51 @@ def _status_once(args: argparse.Namespace) -> int:
         _print_links(links)
     if flows:
         _print_flows(flows)
+    return 0
+
+
+# ---------------------------------------------------------------------- a region by its brokers
+
+
+def _status_of_brokers(bootstrap: str, *, as_json: bool) -> int:
+    """``mq status --bootstrap HOST:PORT[,...]``: the region those brokers belong to, as
+    they tell it — no cluster.json needed (a compose cluster, a region on another host).
+    Processes are unknown from here: a broker is alive when it answers Metadata."""
+    from mq.deploy import BrokerStatus, probe
+    from mq.deploy.cluster_view import describe
+    from mq.deploy.topology import BrokerSpec, Topology
+
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    view = describe(addresses)
+    if view is None:
+        raise CliError(f"no broker answered at {bootstrap}", "check the address (a compose cluster publishes its "
+                       "brokers on the ports its compose file lists), or start one with `mq up`")
+    brokers = []
+    for b in view.brokers:
+        spec = BrokerSpec(b.node_id, f"{b.host}:{b.port}", "")
+        topics = partitions = None
+        try:
+            meta = probe.metadata(spec.listen, timeout_s=1.0)
+            user = [t for t in meta.topics if not t.is_internal and not t.name.startswith("__")]
+            topics, partitions = len(user), sum(len(t.partitions) for t in user)
+        except probe.ProbeError:
+            pass
+        answering = topics is not None
+        brokers.append(BrokerStatus(spec, None, answering, answering, topics, partitions, 0, None))
+    topology = Topology(name="", data_dir="", brokers=tuple(b.spec for b in brokers))
+    d = {"topology": topology, "brokers": brokers, "live": [b for b in brokers if b.answering], "view": view}
+    if as_json:
+        region = _region_json(d)
+        print_json({"data_dir": "", "running": bool(d["live"]), "regions": [region], "links": [], "flows": [],
+                    "region": None, **{k: v for k, v in region.items() if k != "name"}})
+        return 0
+    console().print(f"region of {bootstrap} (cluster {view.cluster_id}), as its brokers tell it")
+    t = table("broker", "alive", "fenced", "endpoint", "topics", "partitions")
+    for b in brokers:
+        t.add_row(b.spec.name, "[green]yes[/]" if b.answering else "[red]no answer[/]",
+                  _fenced_cell(b.spec.node_id, view), b.spec.listen, cell(b.topics), cell(b.partitions))
+    print_table(t)
+    _print_cluster(view, d["live"])
     return 0
 
 
@@ -194,6 +242,7 @@ def _print_links(links: list[dict]) -> None:
 
 
 def _flows(launcher, deployment) -> list[dict]:
+    from mq.deploy.compose_runtime import mirror_status
     from mq.deploy.services import mirror_available
 
     installed = mirror_available() if deployment.flows else False
@@ -202,9 +251,12 @@ def _flows(launcher, deployment) -> list[dict]:
     out = []
     for flow in deployment.flows:
         proc = by_key.get(f"mirror/{flow.name}")
+        status = _read_json(flow.status_path)
+        if status is None and proc is not None and proc.alive:  # a mirror container writes it inside
+            status = mirror_status(launcher.data_dir, flow.name)
         out.append({"name": flow.name, "source": flow.source, "target": flow.target, "mode": flow.mode,
                     "process": proc.to_json() if proc is not None else None, "mirror_installed": installed,
-                    "status_file": flow.status_path, "mirror_status": _read_json(flow.status_path)})
+                    "status_file": flow.status_path, "mirror_status": status})
     return out
 
 

@@ -242,6 +242,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("region.name", str, "", "The region this broker serves (mq up sets it from the region file). Clients learn it from Metadata; topics with conflict.policy=home-region accept here only keys whose home is this region (a broker without a region refuses them).", REGION_NAME_CHECK),
     _key("log.dirs", str, ".mq/broker-1", "Directory holding this broker's partitions and metadata log."),
     _key("listeners", str, "127.0.0.1:9092", "host:port the native protocol listens on."),
+    _key("advertised.listeners", str, "", "host:port this broker gives clients and peers to dial (empty: listeners); set it when listening on 0.0.0.0, as in a container."),
     _key("metrics.listener", str, "", "host:port of the Prometheus /metrics endpoint (empty: port + 10000)."),
     _key("num.partitions", int, 1, "Partitions of a topic created without --partitions.", _at_least(1)),
     _key("default.replication.factor", int, 1, "Replicas of a topic created without a replication factor.", _at_least(1)),
@@ -296,6 +297,7 @@ class BrokerConfig:
     region_name: str = ""
     log_dirs: str = ".mq/broker-1"
     listeners: str = "127.0.0.1:9092"
+    advertised_listeners: str = ""
     metrics_listener: str = ""
     num_partitions: int = 1
     default_replication_factor: int = 1

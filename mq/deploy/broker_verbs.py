@@ -72,10 +72,23 @@ class BrokerVerbs:
             raise DeployError(f"{name} is not running", f"start it again with `mq broker restart {node_id}{flag}`")
         return name, r, spec, pid
 
+    def _in_container(self: Launcher, node_id: int, region: str | None, verb: str, **options: float):
+        """The verb done on the broker's container when ``mq docker attach`` wrote the
+        cluster.json (None: processes ``mq up`` started)."""
+        from mq.deploy import compose_runtime
+
+        state = cluster_state.read_state(self.data_dir)
+        if compose_runtime.docker_section(state) is None:
+            return None
+        deployment, r, spec = self._find(node_id, region)
+        return compose_runtime.broker_verb(state, r, spec, verb, name=self.label(deployment, r, spec), **options)
+
     def kill(self: Launcher, node_id: int, *, region: str | None = None, timeout_s: float = 5.0) -> BrokerAction:
         """SIGKILL broker ``node_id`` (a crash: no flush, no checkpoint). Its pid file and
         cluster.json entry stay, now stale, so ``status`` shows it dead and ``restart`` knows
-        how to start it again."""
+        how to start it again. In a compose cluster: ``docker kill`` of its container."""
+        if (done := self._in_container(node_id, region, "kill")) is not None:
+            return done
         name, r, _, pid = self._find_running(node_id, region)
         started = time.monotonic()
         process.send_signal(pid, signal.SIGKILL)  # also ends a paused process
@@ -87,7 +100,10 @@ class BrokerVerbs:
 
     def pause(self: Launcher, node_id: int, *, region: str | None = None, timeout_s: float = 5.0) -> BrokerAction:
         """SIGSTOP broker ``node_id``: it keeps its sockets but answers nothing (a hung
-        process or a long GC pause, as clients and peers see it) until ``resume``."""
+        process or a long GC pause, as clients and peers see it) until ``resume``. In a
+        compose cluster: ``docker pause`` of its container."""
+        if (done := self._in_container(node_id, region, "pause")) is not None:
+            return done
         name, r, _, pid = self._find_running(node_id, region)
         if process.is_paused(pid):
             raise DeployError(f"{name} is already paused", f"resume it with `mq broker resume {node_id}`")
@@ -97,7 +113,9 @@ class BrokerVerbs:
         return BrokerAction(name, node_id, "paused", pid, region=r.name)
 
     def resume(self: Launcher, node_id: int, *, region: str | None = None, timeout_s: float = 5.0) -> BrokerAction:
-        """SIGCONT a broker stopped by ``pause``."""
+        """SIGCONT a broker stopped by ``pause`` (``docker unpause`` in a compose cluster)."""
+        if (done := self._in_container(node_id, region, "resume")) is not None:
+            return done
         name, r, _, pid = self._find_running(node_id, region)
         if not process.is_paused(pid):
             raise DeployError(f"{name} is not paused", f"pause it first with `mq broker pause {node_id}`")
@@ -111,8 +129,14 @@ class BrokerVerbs:
         """Stop broker ``node_id`` gracefully if it runs (SIGTERM, SIGKILL after
         ``stop_timeout_s``), then start it with the arguments recorded in cluster.json and
         wait until it answers and sees an active controller with itself registered and
-        unfenced. Also starts a killed broker."""
+        unfenced. Also starts a killed broker. In a compose cluster: ``docker stop``, then
+        ``docker start`` of its container."""
         from mq.deploy.launcher import _Started
+
+        done = self._in_container(node_id, region, "restart", stop_timeout_s=stop_timeout_s,
+                                  ready_timeout_s=ready_timeout_s)
+        if done is not None:
+            return done
 
         deployment, r, spec = self._find(node_id, region)
         name = self.label(deployment, r, spec)

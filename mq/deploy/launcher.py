@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mq.deploy import probe, process, services
+from mq.deploy import compose_runtime, probe, process, services
 from mq.deploy import state as cluster_state
 from mq.deploy.broker_verbs import BrokerAction, BrokerVerbs
 from mq.deploy.errors import DeployError
@@ -195,6 +195,7 @@ class Launcher(BrokerVerbs):
         topology is refused."""
         deployment = what if isinstance(what, Deployment) else Deployment.of_region(what)
         state = cluster_state.read_state(self.data_dir)
+        compose_runtime.refuse_processes(state, _shown(self.data_dir), "mq up")
         recorded = cluster_state.deployment_of(state) if state else None
         self._refuse_foreign(state, recorded, deployment)
         if recorded is not None and self._anything_running(state, recorded):
@@ -379,6 +380,7 @@ class Launcher(BrokerVerbs):
         state = cluster_state.read_state(self.data_dir)
         if state is None:
             return []
+        compose_runtime.refuse_processes(state, _shown(self.data_dir), "mq down")
         deployment = cluster_state.deployment_of(state)
         links, mirrors = self.services(deployment)
         results = services.stop_all([(svc.key, self._running_service(state, svc)) for svc in mirrors], timeout_s)
@@ -407,6 +409,8 @@ class Launcher(BrokerVerbs):
         state = cluster_state.read_state(self.data_dir)
         if state is None:
             return []
+        if compose_runtime.docker_section(state) is not None:  # containers (`mq docker attach`)
+            return compose_runtime.broker_statuses(state)
         deployment = cluster_state.deployment_of(state)
         return [self._broker_status(state, r, s) for r in deployment.regions for s in r.brokers]
 
@@ -416,6 +420,8 @@ class Launcher(BrokerVerbs):
         if state is None:
             return [], []
         links, mirrors = self.services(cluster_state.deployment_of(state))
+        if compose_runtime.docker_section(state) is not None:
+            return (compose_runtime.service_statuses(state, links), compose_runtime.service_statuses(state, mirrors))
 
         def one(svc: Service) -> ServiceStatus:
             pid = self._running_service(state, svc)
