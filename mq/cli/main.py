@@ -18,6 +18,7 @@ from mq.cli import (
     consume,
     dump_log,
     group,
+    lag,
     link,
     local,
     mirror_cmd,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.register(sub)
     consume.register(sub)
     group.register(sub)
+    lag.register(sub)
     records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)
