@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "--bootstrap (or $MQ_BOOTSTRAP): that one; else every region `mq up` started\n"
                                      "under --data-dir (--region: only that one), with the mirror flows into each;\n"
                                      "else localhost:9092.")
-    p.add_argument("-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", default=None,
+    p.add_argument("-b", "--bootstrap", "--bootstrap-server", dest="servers", default=None,
                    metavar="HOST:PORT[,...]", help="the cluster to export (default: $MQ_BOOTSTRAP, else the regions "
                                                    "`mq up` started, else localhost:9092)")
     p.add_argument("--region", default=None, metavar="NAME",
@@ -85,32 +85,58 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_status)
 
 
-def _targets(args: argparse.Namespace) -> list:
-    from mq.deploy.lag_exporter import RegionTarget, targets_of
+def where_to_look(args: argparse.Namespace) -> tuple[object | None, str | None, str | None]:
+    """``(deployment, region, bootstrap)`` for commands that can span every region, in the
+    order of ``mq.cli.common.bootstrap_of``: --bootstrap (named by --region); --region (of
+    the cluster.json under the data dir); $MQ_BOOTSTRAP; $MQ_REGION; every region of
+    cluster.json; localhost:9092. Exactly one of deployment and bootstrap is set."""
     from mq.deploy.topology import load_cluster
 
-    region = args.region or os.environ.get("MQ_REGION") or None
-    bootstrap = args.bootstrap or os.environ.get("MQ_BOOTSTRAP")
-    if bootstrap:
-        for address in bootstrap.split(","):
-            try:
-                host_port(address.strip())
-            except argparse.ArgumentTypeError as exc:
-                raise CliError(f"bad --bootstrap: {exc}", "pass --bootstrap HOST:PORT[,HOST:PORT...]",
-                               exit_code=EXIT_USAGE) from None
-        return [RegionTarget(region or "", bootstrap)]
-    data_dir = args.data_dir or data_dir_of_env()
+    data_dir = getattr(args, "data_dir", None) or data_dir_of_env()
     path = os.path.join(data_dir, "cluster.json")
-    if os.path.exists(path):
+
+    def recorded(region: str | None, flag: str):  # type: ignore[no-untyped-def]
+        if not os.path.exists(path):
+            if region is None:
+                return None
+            raise CliError(f"{flag} {region}: no topology runs under {data_dir} (cluster.json not found)",
+                           "start one with `mq up`, pass --data-dir, or pass --bootstrap HOST:PORT",
+                           exit_code=EXIT_USAGE)
+        deployment = load_cluster(path)
+        if region is not None and deployment.region(region) is None:
+            raise CliError(f"{flag} {region}: no such region under {data_dir} (regions: "
+                           f"{', '.join(deployment.region_names)})", "pick one `mq status` lists", exit_code=EXIT_USAGE)
+        return deployment
+
+    if args.servers:  # not `bootstrap`: mq.cli.main would resolve --region against $MQ_DATA_DIR first
+        return None, args.region, _checked(args.servers)
+    if args.region:
+        return recorded(args.region, "--region"), args.region, None
+    if os.environ.get("MQ_BOOTSTRAP"):
+        return None, None, _checked(os.environ["MQ_BOOTSTRAP"])
+    if os.environ.get("MQ_REGION"):
+        return recorded(os.environ["MQ_REGION"], "MQ_REGION"), os.environ["MQ_REGION"], None
+    deployment = recorded(None, "")
+    return (deployment, None, None) if deployment is not None else (None, None, "localhost:9092")
+
+
+def _checked(bootstrap: str) -> str:
+    for address in bootstrap.split(","):
         try:
-            return targets_of(load_cluster(path), region)
-        except ValueError as exc:
-            raise CliError(str(exc), "pick a region `mq status` lists, or pass --bootstrap", exit_code=EXIT_USAGE) \
-                from None
-    if region:
-        raise CliError(f"--region {region}: no topology runs under {data_dir} (cluster.json not found)",
-                       "start one with `mq up`, pass --data-dir, or pass --bootstrap HOST:PORT", exit_code=EXIT_USAGE)
-    return [RegionTarget("", "localhost:9092")]
+            host_port(address.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"bad --bootstrap: {exc}", "pass --bootstrap HOST:PORT[,HOST:PORT...]",
+                           exit_code=EXIT_USAGE) from None
+    return bootstrap
+
+
+def _targets(args: argparse.Namespace) -> list:
+    from mq.deploy.lag_exporter import RegionTarget, targets_of
+
+    deployment, region, bootstrap = where_to_look(args)
+    if deployment is not None:
+        return targets_of(deployment, region)
+    return [RegionTarget(region or "", bootstrap)]
 
 
 def run_export(args: argparse.Namespace) -> int:

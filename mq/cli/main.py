@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from mq.cli import (
+    analytics,
     bench,
     broker_ctl,
     consume,
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.register(sub)
     group.register(sub)
     lag.register(sub)
+    analytics.register(sub)
     records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)

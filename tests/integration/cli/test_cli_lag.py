@@ -148,3 +148,14 @@ def test_lag_export_in_the_foreground_and_its_bad_input(cluster):
     assert "is not a regular expression" in error_line(cluster.mq("lag", "export", "--groups", "("))
     assert "no lag exporter status" in error_line(cluster.mq("lag", "status", "--status-file",
                                                              str(cluster.data_dir / "nope.json")))
+
+
+def test_analytics_lag_bad_input_is_refused_before_spark_starts(cluster, tmp_path: Path):
+    env = cluster.env
+    assert "no no-snapshots-here topic" in error_line(cluster.mq("analytics", "lag", "--topic", "no-snapshots-here"))
+    assert "is not a duration" in error_line(cluster.mq("analytics", "lag", "--since", "a while"))
+    assert "--load" in error_line(cluster.mq("analytics", "lag", "--load", str(tmp_path / "nothing")))
+    assert "no such region" in error_line(run_mq("analytics", "lag", "--region", "mars", "--data-dir",
+                                                 str(cluster.data_dir), env=base_env()))
+    nowhere = f"127.0.0.1:{free_port()}"
+    assert "no broker at" in error_line(run_mq("analytics", "lag", "--bootstrap", nowhere, env=env))
