@@ -21,6 +21,7 @@ from mq.cli import (
     group,
     lag,
     link,
+    load,
     local,
     mirror_cmd,
     produce,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.register(sub)
     lag.register(sub)
     analytics.register(sub)
+    load.register(sub)
     records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)
