@@ -19,13 +19,16 @@ user                        what it does
 
 Settings come from the environment (``mq load run`` sets them): ``MQ_BOOTSTRAP``,
 ``MQ_LOAD_TOPIC``, ``MQ_LOAD_PARTITIONS``, ``MQ_LOAD_VALUE_BYTES``, ``MQ_LOAD_GROUP``,
-``MQ_LOAD_ACKS``. HTTP users (``FastHttpUser`` against the gateway) arrive with the gateway.
+``MQ_LOAD_ACKS``, ``MQ_LOAD_RATE`` (records/s per producer; 0: back to back) and
+``MQ_LOAD_HOT_KEY_SHARE`` (that share of the records carry the key ``hot``: one
+partition gets them all, as a hot key does). HTTP users (``FastHttpUser`` against the gateway) arrive with the gateway.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 
 from locust import User, between, constant, constant_throughput, events, task
@@ -66,8 +69,12 @@ class MqUser(User):
             response_length=length, exception=error, context={"user": self.user_id})
 
 
+RATE = float(setting("RATE", "0"))  # records/s per producer user; 0: back to back
+HOT_KEY_SHARE = float(setting("HOT_KEY_SHARE", "0"))  # share of records keyed "hot": one partition gets them
+
+
 class ProducerUser(MqUser):
-    wait_time = constant(0)
+    wait_time = constant_throughput(RATE) if RATE > 0 else constant(0)
 
     def on_start(self) -> None:
         super().on_start()
@@ -75,6 +82,7 @@ class ProducerUser(MqUser):
         self.producer = Producer(self.bootstrap, acks="all" if acks in ("all", "-1") else int(acks), linger_ms=0)
         self.sequence = itertools.count()
         self.value_bytes = int(setting("VALUE_BYTES", "100"))
+        self.rng = random.Random(self.user_id)
 
     def on_stop(self) -> None:
         self.producer.close()
@@ -83,9 +91,10 @@ class ProducerUser(MqUser):
     def produce(self) -> None:
         head = f"user-{self.user_id}-{next(self.sequence)} ".encode()
         value = (head + b"x" * self.value_bytes)[:max(self.value_bytes, len(head))]
+        key = b"hot" if HOT_KEY_SHARE and self.rng.random() < HOT_KEY_SHARE else head.strip()
         started = time.perf_counter()
         try:
-            self.producer.send(self.topic, value, key=head.strip())
+            self.producer.send(self.topic, value, key=key)
         except Exception as error:  # noqa: BLE001 - every failure is a locust failure
             self.report("produce", self.topic, started, 0, error)
         else:

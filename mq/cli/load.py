@@ -62,6 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group", default=None, metavar="GROUP",
                    help="the consumer group of the scenario's consumers (default: load-SCENARIO)")
     p.add_argument("--acks", choices=("0", "1", "all"), default="1", help="producers' acks (default: 1)")
+    p.add_argument("--rate", type=_rate, default=0.0, metavar="N",
+                   help="records/s of each producer user (default: 0, back to back)")
+    p.add_argument("--hot-key-share", type=_share, default=0.0, metavar="F",
+                   help="that share (0..1) of the records carry one key, so one partition gets them (default: 0)")
     p.add_argument("--out", default=None, metavar="DIR", help="where the results go (default: <data dir>/load/...)")
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="the data directory for results (default: $MQ_DATA_DIR, else ./.mq)")
@@ -72,6 +76,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="the data directory (default: $MQ_DATA_DIR, else ./.mq)")
     p.set_defaults(func=run_list)
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate (records/s, 0 or more)")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1")
+    return value
 
 
 def _locustfile() -> str:
@@ -100,7 +124,8 @@ def run_load(args: argparse.Namespace) -> int:
                MQ_LOAD_DURATION_S=str(args.duration / 1000), MQ_LOAD_TOPIC=args.topic,
                MQ_LOAD_PARTITIONS=str(args.partitions or chosen.partitions),
                MQ_LOAD_VALUE_BYTES=str(args.value_bytes or chosen.value_bytes),
-               MQ_LOAD_GROUP=args.group or f"load-{chosen.name}", MQ_LOAD_ACKS=args.acks, **chosen.settings)
+               MQ_LOAD_GROUP=args.group or f"load-{chosen.name}", MQ_LOAD_ACKS=args.acks,
+               MQ_LOAD_RATE=str(args.rate), MQ_LOAD_HOT_KEY_SHARE=str(args.hot_key_share), **chosen.settings)
     command = [sys.executable, "-m", "locust", "-f", _locustfile(), "--headless", "--csv", str(out / PREFIX),
                "--html", str(out / "report.html"), "--logfile", str(out / "locust.log"), "--only-summary",
                "--stop-timeout", "5", *(u.user_class for u in chosen.users)]
@@ -116,6 +141,7 @@ def run_load(args: argparse.Namespace) -> int:
     totals = read_stats(out / f"{PREFIX}_stats.csv")
     doc = {"scenario": chosen.name, "users": args.users, "duration_s": args.duration / 1000,
            "bootstrap": args.bootstrap, "topic": args.topic, "group": env["MQ_LOAD_GROUP"], "acks": args.acks,
+           "rate": args.rate, "hot_key_share": args.hot_key_share,
            "started_ms": started_ms, "ended_ms": time.time_ns() // 1_000_000, "exit_code": result.returncode,
            "requests": totals}
     (out / "run.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
