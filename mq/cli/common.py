@@ -62,6 +62,38 @@ def host_port(text: str) -> str:
     return text
 
 
+def host_port_or_any(text: str) -> str:
+    """argparse type for a listen address whose port may be 0 (any free port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:9464; port 0: a free one)")
+    return text
+
+
+def duration_ms(text: str) -> int:
+    """argparse type for a duration above zero (``500ms``, ``5s``, ``10m``), in ms."""
+    from mq.core.durations import parse_duration_ms
+
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration above zero is needed")
+    return ms
+
+
+def regex(text: str) -> str:
+    """argparse type for a regular expression (checked, returned as text)."""
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression ({exc})") from None
+    return text
+
+
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]", default=None,

@@ -14,7 +14,15 @@ import os
 import sys
 
 from mq.cli import broker_ctl, status
-from mq.cli.common import EXIT_USAGE, CliError, host_port, key_value, print_error
+from mq.cli.common import (
+    EXIT_USAGE,
+    CliError,
+    duration_ms,
+    host_port,
+    host_port_or_any,
+    key_value,
+    print_error,
+)
 from mq.cli.output import console
 from mq.core.config import BrokerConfig
 from mq.core.errors import MqError
@@ -65,6 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_config(p, "broker config for every broker (Kafka names; overrides the file's configs)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long to wait for the brokers and links to be ready (default: 30)")
+    p.add_argument("--no-lag-export", action="store_true",
+                   help="do not start the lag exporter (`mq lag export`: every group's and flow's lag to "
+                        "__lag_snapshots and /metrics)")
+    p.add_argument("--lag-interval", type=duration_ms, default=5000, metavar="DURATION",
+                   help="the lag exporter's interval: 500ms, 1s, 1m (default: 5s)")
+    p.add_argument("--lag-metrics-listen", type=host_port_or_any, default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="the lag exporter's /metrics address (default: a free port, shown by `mq lag status`)")
     p.set_defaults(func=run_up)
 
     p = sub.add_parser("down", help="stop everything `mq up` started (brokers, links, mirrors)",
@@ -156,8 +171,11 @@ def run_up(args: argparse.Namespace) -> int:
             hint = f"change the ports in {display_path(path)}"
     except DeployError as exc:
         raise CliError(exc.what, exc.todo, exit_code=EXIT_USAGE) from None
+    from mq.deploy.services import LagExporterSettings
+
+    lag = None if args.no_lag_export else LagExporterSettings(args.lag_interval, args.lag_metrics_listen)
     try:
-        result = Launcher(data_dir).up(deployment, ready_timeout_s=args.timeout, port_hint=hint)
+        result = Launcher(data_dir).up(deployment, ready_timeout_s=args.timeout, port_hint=hint, lag_exporter=lag)
     except DeployError as exc:
         print_error(CliError(exc.what, exc.todo))
         if exc.log_tail:
@@ -207,6 +225,7 @@ def _print_up(args: argparse.Namespace, result, asked) -> None:
             out.print(f"controller: broker {meta.controller_id}{epoch}; voters "
                       f"{', '.join(str(v) for v in topology.voters)}")
         break
+    _print_lag_exporter(result)
     out.print(f"bootstrap: {topology.bootstrap}")
     _print_next_steps(topology.data_dir, topology.bootstrap, replicated=len(result.brokers) > 1)
 
@@ -238,6 +257,7 @@ def _print_up_regions(result, asked) -> None:
         out.print(f"mirror {flow.name}: {flow.source} -> {flow.target} ({flow.mode}), {running}")
     if result.mirror_note:
         out.print(f"[yellow]note[/]: {result.mirror_note}")
+    _print_lag_exporter(result)
     data_flag = "" if os.path.abspath(deployment.data_dir) == os.path.abspath(DEFAULT_DATA_DIR) else \
         f" --data-dir {data}"
     first, last = deployment.region_names[0], deployment.region_names[-1]
@@ -252,6 +272,17 @@ def _print_up_regions(result, asked) -> None:
         x = deployment.links[0]
         out.print(f"  mq link set {x.source} {x.target} --latency-ms 80{data_flag}    mq link list{data_flag}")
     out.print(f"  mq status{data_flag}    mq down{data_flag}")
+
+
+def _print_lag_exporter(result) -> None:
+    lag = result.lag_exporter
+    if lag is None:
+        return
+    if lag.alive:
+        console().print(f"lag exporter: pid {lag.pid}, snapshots to __lag_snapshots, log "
+                        f"{_display_path(lag.service.log_path)} (`mq lag status`)")
+    else:
+        console().print(f"[yellow]lag exporter: not running[/] (see {_display_path(lag.service.log_path)})")
 
 
 def _print_next_steps(data_dir: str, bootstrap: str, *, replicated: bool) -> None:

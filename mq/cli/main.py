@@ -13,13 +13,16 @@ import sys
 import traceback
 
 from mq.cli import (
+    analytics,
     bench,
     broker_ctl,
     consume,
     docker_cmd,
     dump_log,
     group,
+    lag,
     link,
+    load,
     local,
     mirror_cmd,
     produce,
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume.register(sub)
     table.register(sub)
     group.register(sub)
+    lag.register(sub)
+    analytics.register(sub)
+    load.register(sub)
     records_cmd.register(sub)
     dump_log.register(sub)
     bench.register(sub)

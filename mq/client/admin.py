@@ -399,6 +399,12 @@ class Admin:
         """Per partition: owning member, committed offset, log end, lag in records and seconds."""
         return await self._groups.group_lag(group_id)
 
+    async def describe_group_lag(self, group_id: str, *, wall_ms: int | None = None
+                                 ) -> tuple[GroupDescription | None, list[PartitionLag]]:
+        """``group_lag`` and the group's description (None: no such group) from one
+        DescribeGroups; ``wall_ms`` is "now" for the lag in seconds."""
+        return await self._groups.describe_group_lag(group_id, wall_ms=wall_ms)
+
     # ------------------------------------------------------------------ mirror topics
 
     async def fetch_raw(self, tp: TopicPartition, offset: int, max_bytes: int = 1024 * 1024, *,

@@ -240,6 +240,13 @@ class GroupAdmin:
     async def group_lag(self, group_id: str, *, wall_ms: int | None = None) -> list[PartitionLag]:
         """Per partition the group has committed or is assigned: committed offset, log
         end, lag in records and seconds, and the member it is assigned to."""
+        _, lags = await self.describe_group_lag(group_id, wall_ms=wall_ms)
+        return lags
+
+    async def describe_group_lag(self, group_id: str, *, wall_ms: int | None = None
+                                 ) -> tuple[GroupDescription | None, list[PartitionLag]]:
+        """``group_lag`` with the description it was computed from (None: no such group,
+        or only committed offsets are left of it) — one DescribeGroups for both."""
         from mq.client.admin import list_offsets
 
         description = await self.describe_group_or_none(group_id)
@@ -267,7 +274,7 @@ class GroupAdmin:
             elif tp in timestamps:
                 seconds = max(0.0, (now - timestamps[tp]) / 1000)
             out.append(PartitionLag(tp, owner.get(tp), done, end, lag, seconds))
-        return out
+        return description, out
 
     async def describe_group_or_none(self, group_id: str) -> GroupDescription | None:
         try:

@@ -10,6 +10,7 @@ detached (``mq.deploy.services``) with its log and pid file under the data direc
     .mq/east/broker-1/            a broker's partitions, metadata log, broker.log, broker.pid
     .mq/links/east-west/          link.log, link.pid
     .mq/mirror-east-to-west/      mirror.log, mirror.pid, the mirror's own status.json
+    .mq/lag-exporter/             lag-exporter.log, .pid, status.json (``mq up`` unless --no-lag-export)
 
 (a one-region file keeps the layout of before regions: ``.mq/broker-1/``). ``mq status``,
 ``mq down`` and ``mq broker ...``, run later from another shell, act on exactly what
@@ -31,7 +32,7 @@ from mq.deploy.broker_verbs import BrokerAction, BrokerVerbs
 from mq.deploy.errors import DeployError
 from mq.deploy.links import control_request
 from mq.deploy.readiness import region_problems
-from mq.deploy.services import Service, StopResult
+from mq.deploy.services import LagExporterSettings, Service, StopResult
 from mq.deploy.topology import CLUSTER_FILE, BrokerSpec, Deployment, Topology
 from mq.protocol.messages import MetadataResponse
 
@@ -92,6 +93,7 @@ class UpResult:
     links: tuple[ServiceStatus, ...] = ()
     mirrors: tuple[ServiceStatus, ...] = ()
     mirror_note: str = ""
+    lag_exporter: ServiceStatus | None = None
 
     @property
     def topology(self) -> Topology:
@@ -187,12 +189,14 @@ class Launcher(BrokerVerbs):
     # ------------------------------------------------------------------ up
 
     def up(self, what: Deployment | Topology, *, ready_timeout_s: float = 30.0,
-           port_hint: str = "pick free ports with `mq up --listen HOST:PORT`") -> UpResult:
+           port_hint: str = "pick free ports with `mq up --listen HOST:PORT`",
+           lag_exporter: LagExporterSettings | None = None) -> UpResult:
         """Start every process of ``what`` that is not already running and wait until each
         region is ready (``mq.deploy.readiness``) and each link answers; then start the
-        mirrors. Idempotent: a running deployment is reported, not restarted. On failure
-        the processes this call started are stopped. A data directory holding another
-        topology is refused."""
+        mirrors and, with ``lag_exporter`` settings (``mq up`` passes them unless
+        --no-lag-export), the lag exporter. Idempotent: a running deployment is reported,
+        not restarted. On failure the processes this call started are stopped. A data
+        directory holding another topology is refused."""
         deployment = what if isinstance(what, Deployment) else Deployment.of_region(what)
         state = cluster_state.read_state(self.data_dir)
         compose_runtime.refuse_processes(state, _shown(self.data_dir), "mq up")
@@ -239,9 +243,11 @@ class Launcher(BrokerVerbs):
             raise
         cluster_state.write_marker(self.data_dir, deployment)
         mirror_note = self._start_mirrors(mirrors)
+        if lag_exporter is not None:
+            self._start_lag_exporter(lag_exporter)
         link_status, mirror_status = self.service_status()
         return UpResult(deployment, already, tuple(self.status()), tuple(link_status), tuple(mirror_status),
-                        mirror_note)
+                        mirror_note, self.lag_exporter_status())
 
     def _refuse_foreign(self, state: dict | None, recorded: Deployment | None, asked: Deployment) -> None:
         if recorded is not None and cluster_state.fingerprint(recorded) != cluster_state.fingerprint(asked):
@@ -264,7 +270,7 @@ class Launcher(BrokerVerbs):
     def _anything_running(self, state: dict | None, deployment: Deployment) -> bool:
         links, mirrors = self.services(deployment)
         return any(self._running_broker(state, r, s) for r in deployment.regions for s in r.brokers) or \
-            any(self._running_service(state, svc) for svc in (*links, *mirrors))
+            any(self._running_service(state, svc) for svc in (*links, *mirrors, self.lag_service()))
 
     def _start_mirrors(self, mirrors: list[Service]) -> str:
         """Start the mirror processes not running yet; a note when mirror is not installed."""
@@ -278,6 +284,26 @@ class Launcher(BrokerVerbs):
             proc, _ = services.spawn(svc.command, log_path=svc.log_path, pid_path=svc.pid_path, cwd=svc.data_dir)
             self._record(svc.key, proc, svc.log_path)
         return ""
+
+    def lag_service(self, settings: LagExporterSettings | None = None) -> Service:
+        return services.lag_exporter_service(self.python, self.state_path, settings)
+
+    def _start_lag_exporter(self, settings: LagExporterSettings) -> None:
+        svc = self.lag_service(settings)
+        if self._running_service(cluster_state.read_state(self.data_dir), svc):
+            return
+        proc, _ = services.spawn(svc.command, log_path=svc.log_path, pid_path=svc.pid_path, cwd=svc.data_dir)
+        self._record(svc.key, proc, svc.log_path)
+
+    def lag_exporter_status(self) -> ServiceStatus | None:
+        """The lag exporter ``mq up`` started (None when it started none)."""
+        state = cluster_state.read_state(self.data_dir)
+        svc = self.lag_service()
+        if state is None or svc.key not in state.get("processes", {}):
+            return None
+        pid = self._running_service(state, svc)
+        _, started = self._recorded_pid(state, svc.key, svc.pid_path)
+        return ServiceStatus(svc, pid, pid is not None, started if pid is not None else None)
 
     def _stop_started(self, started: list[tuple[_Started, str, str]]) -> None:
         running = [(s, key, path) for s, key, path in started if s.proc.poll() is None]
@@ -383,7 +409,9 @@ class Launcher(BrokerVerbs):
         compose_runtime.refuse_processes(state, _shown(self.data_dir), "mq down")
         deployment = cluster_state.deployment_of(state)
         links, mirrors = self.services(deployment)
-        results = services.stop_all([(svc.key, self._running_service(state, svc)) for svc in mirrors], timeout_s)
+        lag = self.lag_service()
+        results = services.stop_all([(svc.key, self._running_service(state, svc)) for svc in (lag, *mirrors)],
+                                    timeout_s)
         brokers = [(self.label(deployment, r, s), self._running_broker(state, r, s))
                    for r in deployment.regions for s in r.brokers]
         results += services.stop_all([*brokers, *((svc.key, self._running_service(state, svc)) for svc in links)],
@@ -391,11 +419,12 @@ class Launcher(BrokerVerbs):
         for region in deployment.regions:
             for spec in region.brokers:
                 services.remove_file(spec.pid_path)
-        for svc in (*links, *mirrors):
+        for svc in (*links, *mirrors, lag):
             services.remove_file(svc.pid_path)
         with cluster_state.locked(self.data_dir):
             cluster_state.remove_state(self.data_dir)
-        return [r for r in results if r.pid is not None or not r.name.startswith("mirror/")]  # never started: silent
+        quiet = ("mirror/", lag.key)  # never started: silent
+        return [r for r in results if r.pid is not None or not r.name.startswith(quiet)]
 
     @staticmethod
     def _stop_all(targets: list[tuple[BrokerSpec, int | None]], timeout_s: float) -> list[StopResult]:

@@ -5,8 +5,9 @@ stop it), with stdout and stderr appended to its log and its pid in a pid file b
 it. ``spawn`` starts one; ``stop_all`` stops several at once (SIGTERM, then SIGKILL).
 
 Besides the brokers, ``mq up`` starts a ``Service`` per link pair
-(``python -m mq.deploy.link``) and per mirror flow (``python -m mirror run``, a separate
-package that mq never imports: it starts only when ``mirror_available()``).
+(``python -m mq.deploy.link``), per mirror flow (``python -m mirror run``, a separate
+package that mq never imports: it starts only when ``mirror_available()``) and one lag
+exporter (``python -m mq.deploy.lag_exporter``, unless ``mq up --no-lag-export``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from mq.deploy.topology import FlowSpec, LinkPair
 
 LINK_MODULE = "mq.deploy.link"
 MIRROR_MODULE = "mirror"
+LAG_EXPORTER_MODULE = "mq.deploy.lag_exporter"
+LAG_EXPORTER_KEY = "lag-exporter"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,26 @@ def mirror_service(python: str, cluster_path: str, flow: FlowSpec) -> Service:
     command = (python, "-m", MIRROR_MODULE, "run", "--cluster", cluster_path, "--flow", flow.name)
     return Service(f"mirror/{flow.name}", command, flow.data_dir, flow.log_path, flow.pid_path,
                    (cluster_path, flow.name))
+
+
+@dataclass(frozen=True)
+class LagExporterSettings:
+    """How ``mq up`` runs the lag exporter (``mq up --lag-interval``, ``--lag-metrics-listen``)."""
+
+    interval_ms: int = 5000
+    metrics_listen: str = "127.0.0.1:0"
+
+
+def lag_exporter_service(python: str, cluster_path: str, settings: LagExporterSettings | None = None) -> Service:
+    """The lag exporter of a whole deployment: every region, every flow (``mq.deploy.lag_exporter``),
+    under ``<data_dir>/lag-exporter/`` with its log, pid file and status.json."""
+    settings = settings or LagExporterSettings()
+    data_dir = os.path.join(os.path.dirname(cluster_path), LAG_EXPORTER_KEY)
+    command = (python, "-m", LAG_EXPORTER_MODULE, "--cluster", cluster_path,
+               "--interval", f"{settings.interval_ms}ms", "--metrics-listen", settings.metrics_listen,
+               "--status-file", os.path.join(data_dir, "status.json"))
+    return Service(LAG_EXPORTER_KEY, command, data_dir, os.path.join(data_dir, "lag-exporter.log"),
+                   os.path.join(data_dir, "lag-exporter.pid"), (cluster_path, LAG_EXPORTER_MODULE))
 
 
 def mirror_available() -> bool:

@@ -274,12 +274,23 @@ def check_retention_moved_log_start(ctx: Context) -> None:
     assert start == segments[0], f"log start {start} is not the base offset of the oldest segment kept {segments}"
 
 
+def check_billing_lag_drained(ctx: Context) -> None:
+    """docs/tutorials/load-and-lag.md: after the console consumer, billing lags nowhere."""
+    admin = _admin(ctx)
+    try:
+        lags = admin.group_lag("billing")
+    finally:
+        admin.close()
+    assert lags and all(r.lag == 0 for r in lags), [(str(r.tp), r.lag) for r in lags]
+
+
 CHECKS: dict[str, Callable[[Context], None]] = {
     "every-acked-record-readable": check_every_acked_record_readable,
     "leaders-moved-off-broker-2": _isr_check(_moved_off_2),
     "every-isr-full": _isr_check(_full_isr),
     "group-counts": check_group_counts,
     "retention-moved-log-start": check_retention_moved_log_start,
+    "billing-lag-drained": check_billing_lag_drained,
 }
 
 

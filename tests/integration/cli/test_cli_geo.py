@@ -116,7 +116,7 @@ def test_two_regions_status_links_and_region_routing(tmp_path):
         assert "mq is up: regions east, west, 2 brokers, 2 links" in out
         assert f"region east: bootstrap {ports['east']}" in out and "link east-west: pid" in out
         state = json.loads((tmp_path / ".mq" / "cluster.json").read_text())
-        assert sorted(state["processes"]) == ["east/broker-1", "link/east-west", "west/broker-1"]
+        assert sorted(state["processes"]) == ["east/broker-1", "lag-exporter", "link/east-west", "west/broker-1"]
         assert [(r["name"], r["bootstrap"]) for r in state["regions"]] == [("east", ports["east"]),
                                                                          ("west", ports["west"])]
         assert (tmp_path / ".mq" / "east" / "broker-1" / "broker.log").exists()
