@@ -204,3 +204,14 @@ def test_sigterm_to_a_broker_container_is_a_controlled_shutdown(cluster):
         assert lab.leader_of("east", "orders", p) not in (-1, 3)
     broker.start(ready_timeout_s=60)
     assert broker.state == "up"
+
+
+def test_mirror_status_in_its_container_and_failover_from_the_host(cluster):
+    lab, env = cluster
+    inside = docker("exec", f"{PROJECT}-mirror-east-to-west", "mq", "mirror", "status")
+    assert inside.returncode == 0 and "flow east-to-west: east -> west" in inside.stdout, inside.stderr
+    lab.containers.stop("mirror-east-to-west", timeout_s=20)  # its process is no child of this host
+    out = mq(env, "mirror", "failover", "--to", "west", timeout=120)
+    assert "promoted in west: orders" in out, out
+    mq(env, "produce", "orders", "--region", "west", "--acks", "all", input=b"written-in-west\n")
+    assert "written-in-west" in {v for _, _, v in records(env, "west", "orders")}
