@@ -31,6 +31,7 @@
 
 # %%
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -208,8 +209,13 @@ print(f"expected: billing breached the SLA, orders-{hot['partition']} (the hot k
 #   spreads evenly), or add the second member before the spike.
 # - The same job runs against `mq up`'s regions: `mq analytics lag --since 10m`.
 
+# %% [markdown]
+# `close()` stops the group, the exporter and the broker; the temporary directory with
+# locust's results and the job's parquet and plots goes too (copy it first to keep them).
+
 # %%
 billing.stop()
 exporter.stop()
 cluster.close()
+shutil.rmtree(WORK, ignore_errors=True)
 print(f"whole lab: {time.perf_counter() - started:.0f} s")

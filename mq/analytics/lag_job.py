@@ -171,13 +171,16 @@ def end_to_end(snapshots: DataFrame, records: DataFrame) -> DataFrame:
 def analyse(snapshots: DataFrame, *, threshold_s: float, min_duration_s: float,
             records: DataFrame | None = None) -> LagAnalysis:
     """Every table of the module docstring from parsed snapshots (and, for ``e2e``, records)."""
+    # Every table is written and summarised, several actions each: cache them all (they are
+    # small), so the snapshots and the topics' records are read from the brokers once.
     snapshots = snapshots.cache()
     consumers = consumer_series(snapshots).cache()
     breaches = breach_windows(consumers, threshold_s, min_duration_s).cache()
     return LagAnalysis(
-        snapshots=snapshots, consumers=consumers, percentiles=percentiles(consumers), breaches=breaches,
-        skew=skew_in_breaches(snapshots, breaches, threshold_s), partition_share=partition_share(snapshots),
-        mirror=mirror_summary(consumers), e2e=end_to_end(snapshots, records) if records is not None else None)
+        snapshots=snapshots, consumers=consumers, percentiles=percentiles(consumers).cache(), breaches=breaches,
+        skew=skew_in_breaches(snapshots, breaches, threshold_s).cache(),
+        partition_share=partition_share(snapshots).cache(), mirror=mirror_summary(consumers).cache(),
+        e2e=end_to_end(snapshots, records).cache() if records is not None else None)
 
 
 def rows(df: DataFrame) -> list[dict[str, Any]]:

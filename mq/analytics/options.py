@@ -30,9 +30,9 @@ option                  default                      meaning
 ``pollTimeoutMs``       ``30000``                    how long a task waits for records it knows
                                                      exist before it fails
 ``groupId``             none                         stream only: commit each finished micro-batch's
-                                                     end offsets to this consumer group, so
-                                                     ``mq group describe`` and the lag exporter
-                                                     see the query's lag
+                                                     end offsets to this consumer group (one with
+                                                     no members), so ``mq group describe`` and the
+                                                     lag exporter see the query's lag
 ======================  ===========================  ===============================================
 """
 

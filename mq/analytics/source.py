@@ -22,6 +22,8 @@ each completed batch is also committed to that mq consumer group.
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -41,6 +43,9 @@ from mq.analytics.ranges import (
     stream_ranges,
 )
 from mq.analytics.reading import SCHEMA, Planner, read_range
+from mq.core.errors import MqError
+
+log = logging.getLogger("mq.analytics")
 
 FORMAT = "mq"
 
@@ -118,8 +123,16 @@ class MqStreamReader(DataSourceStreamReader):
         yield from read_range(self.options.bootstrap, partition.range, poll_timeout_ms=self.options.poll_timeout_ms)
 
     def commit(self, end: dict) -> None:
-        if self.options.group_id:
+        """Spark finished the batches up to ``end``; with ``groupId`` tell mq (for lag, not
+        for recovery: the checkpoint is what a restart reads, so a refused commit — the
+        group has members of its own — is logged, never fatal to the query)."""
+        if not self.options.group_id:
+            return
+        try:
             self.planner.commit(self.options.group_id, offsets_of_json(end))
+        except MqError as exc:
+            log.warning("event=spark_group_commit_failed group=%s code=%s message=\"%s\"", self.options.group_id,
+                        exc.code.name, exc.message)
 
     def stop(self) -> None:
         if self._planner is not None:

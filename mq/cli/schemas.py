@@ -119,13 +119,20 @@ _STATUS_FLOW = obj(
     status_file=STR("where the mirror writes its status"),
     mirror_status=nullable({"type": "object", "description": "the mirror's own status.json, as it wrote it "
                             "(fields: `mq mirror status --json` below)"}, "no status file"))
+_STATUS_LAG_EXPORTER = nullable(obj(
+    "the lag exporter `mq up` started", name=STR("lag-exporter"), pid=nullable(INT("process id"), "not running"),
+    alive=BOOL("process alive"), log=STR("its log file"),
+    started_at_ms=nullable(INT("start time, epoch ms"), "not running"),
+    metrics=nullable(STR("HOST:PORT of its /metrics"), "no round written yet"),
+    status=nullable({"type": "object", "description": "its status.json (docs/reference/lag-snapshots.md)"},
+                    "no round written yet")), "`mq up --no-lag-export`, or cluster.json from before the exporter")
 STATUS = obj(
     "what `mq up` started here: regions, links, mirror flows; with one region (or none) its fields also at the "
     "top, as before regions",
     ("region", "bootstrap", "voters", "brokers", "answered", "controller", "partitions"),
     data_dir=STR("absolute data directory"), running=BOOL("any broker process alive (exit code 0)"),
     regions=arr(_STATUS_REGION, "in file order"), links=arr(LINK, "every direction, in file order"),
-    flows=arr(_STATUS_FLOW, "in file order"),
+    flows=arr(_STATUS_FLOW, "in file order"), lag_exporter=_STATUS_LAG_EXPORTER,
     region=nullable(STR("region name"), "no cluster.json"), bootstrap=nullable(STR("bootstrap list"), "no cluster.json"),
     voters=IDS, answered=BOOL("a live broker answered the Metadata request"),
     brokers=arr(_STATUS_BROKER, "by node id"), controller=_STATUS_CONTROLLER, partitions=_STATUS_PARTITIONS)

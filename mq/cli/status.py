@@ -3,7 +3,8 @@
 Per region: the brokers as processes (``mq.deploy.Launcher.status``) and as the
 controller sees them, the active controller and every partition
 (``mq.deploy.cluster_view``). Then each link, live from its link process
-(``mq.deploy.links.Links``), and each mirror flow: its process, and what the mirror
+(``mq.deploy.links.Links``), the lag exporter (its process and status file), and each
+mirror flow: its process, and what the mirror
 itself reports in ``<data_dir>/mirror-<flow>/status.json`` when it writes one (``state``,
 ``lag_records``, ``lag_ms``, ``replication_latency_p99_ms``, ``updated_at_ms``, ``error``
 are shown when present; ``--json`` includes the whole file).
@@ -56,9 +57,10 @@ def _status_once(args: argparse.Namespace) -> int:
         if deployment is not None else []
     links = _links(launcher.data_dir, deployment) if deployment is not None and deployment.links else []
     flows = _flows(launcher, deployment) if deployment is not None else []
+    lag = _lag_exporter(launcher)
     if args.json:
         doc = {"data_dir": launcher.data_dir, "running": running,
-               "regions": [_region_json(d) for d in regions], "links": links, "flows": flows}
+               "regions": [_region_json(d) for d in regions], "links": links, "flows": flows, "lag_exporter": lag}
         if len(regions) <= 1:  # one region: its keys at the top too, as before regions
             one = _region_json(regions[0]) if regions else {
                 "name": None, "bootstrap": None, "voters": [], "brokers": [], "answered": False,
@@ -81,6 +83,8 @@ def _status_once(args: argparse.Namespace) -> int:
         _print_links(links)
     if flows:
         _print_flows(flows)
+    if lag is not None:
+        _print_lag_exporter(lag)
     return 0
 
 
@@ -258,6 +262,27 @@ def _flows(launcher, deployment) -> list[dict]:
                     "process": proc.to_json() if proc is not None else None, "mirror_installed": installed,
                     "status_file": flow.status_path, "mirror_status": status})
     return out
+
+
+def _lag_exporter(launcher) -> dict | None:
+    """The lag exporter `mq up` started (None: it started none), and its status file."""
+    lag = launcher.lag_exporter_status()
+    if lag is None:
+        return None
+    status = _read_json(os.path.join(lag.service.data_dir, "status.json"))
+    return {**lag.to_json(), "metrics": (status or {}).get("metrics") or None, "status": status}
+
+
+def _print_lag_exporter(lag: dict) -> None:
+    if not lag["alive"]:
+        console().print(f"lag exporter: [yellow]not running[/] (see {_shown(lag['log'])})")
+        return
+    status = lag["status"] or {}
+    rounds = sum(int(r.get("rounds") or 0) for r in (status.get("regions") or {}).values())
+    updated = status.get("updated_ms")
+    age = f", updated {max(0.0, time.time() * 1000 - updated) / 1000:.1f} s ago" if updated else ""
+    console().print(f"lag exporter: pid {lag['pid']}, {rounds} rounds to {status.get('topic', '__lag_snapshots')}"
+                    f"{age}, /metrics at http://{lag['metrics'] or '-'}/metrics (`mq lag status`)")
 
 
 def _read_json(path: str) -> dict | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ class LagExporterProcess:
 
     def __init__(self, bootstrap: str, *, region: str = "lab", interval: str = "500ms",
                  directory: str | Path | None = None) -> None:
+        self._owned = directory is None  # a temporary directory of ours: removed by stop()
         self.directory = Path(directory or tempfile.mkdtemp(prefix="mq-lag-"))
         self.status_path = self.directory / "status.json"
         self.port = free_port()
@@ -63,6 +65,8 @@ class LagExporterProcess:
 
     def stop(self) -> None:
         self.child.stop(timeout_s=10)
+        if self._owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class LoadRun:

@@ -99,6 +99,11 @@ def test_mq_up_starts_the_lag_exporter_and_mq_down_stops_it(tmp_path: Path):
         doc = wait_for(exported, "a round with the group")
         table = ok(run_mq("lag", "status", "--data-dir", str(data_dir), env=env))
         assert f"lag exporter pid {pid}" in table and doc["metrics"] in table and "local" in table
+        status = json.loads(run_mq("status", "--data-dir", str(data_dir), "--json", env=env).stdout)
+        exporter = status["lag_exporter"]
+        assert (exporter["pid"], exporter["alive"], exporter["metrics"]) == (pid, True, doc["metrics"])
+        assert exporter["status"]["regions"]["local"]["rounds"] >= 1
+        assert f"lag exporter: pid {pid}" in ok(run_mq("status", "--data-dir", str(data_dir), env=env))
 
         with urllib.request.urlopen(f"http://{doc['metrics']}/metrics", timeout=5) as answer:
             assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")

@@ -85,6 +85,18 @@ def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
         table = run_mq("mirror", "status", env=env, cwd=tmp_path).stdout.decode()
         assert "flow east-to-west: east -> west  state running" in table
 
+        # The lag exporter `mq up` started measures the flow too, into west's __lag_snapshots.
+        lag_status = tmp_path / ".mq" / "lag-exporter" / "status.json"
+        wait_for(lambda: lag_status.exists() and
+                 json.loads(lag_status.read_text())["regions"].get("west", {}).get("flows") == 1, 30,
+                 "the lag exporter to report the flow")
+        snapshots = shell("mq consume __lag_snapshots --region west --from-beginning --max-messages 3 --format json "
+                          "--timeout-ms 15000", env, tmp_path)
+        values = [json.loads(json.loads(line)["value"]) for line in snapshots.stdout.splitlines()]
+        assert values and {(v["kind"], v["flow"], v["region"]) for v in values} == \
+            {("mirror", "east-to-west", "west")}, snapshots.stdout + snapshots.stderr
+        assert {v["topic"] for v in values} <= {"orders", "heartbeats"}  # the mirrored topics
+
         consumed = shell("mq consume orders --region east --group billing --max-messages 8000 > /dev/null", env, tmp_path)
         assert consumed.returncode == 0, consumed.stderr
         assert committed_total("east", env, tmp_path) == 8000
