@@ -116,6 +116,7 @@ class PartitionStatus:
     gap_records: int
     gaps: tuple[tuple[int, int], ...]
     source_seen_wall_ms: int | None  # when the source last answered a fetch
+    buffered_bytes: int = 0  # fetched, not yet appended (the append in flight included)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -432,4 +433,4 @@ class PartitionMirror:
             self.source_log_start, self.mirrored_end, self.lag_records(), self.lag_seconds(wall_ms),
             self.latency.percentile(0.5, wall_ms), self.latency.percentile(0.99, wall_ms),
             self.records_mirrored, self.bytes_mirrored, self.gap_records,
-            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms)
+            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms, self.held_bytes)
