@@ -3,11 +3,14 @@
     python -m loadtests.bench_geo [--only P7,P7-latency,geo-failover] [--runs K] ...
     mq bench --only P7,P7-latency,geo-failover ...  (the same, through loadtests.bench)
 
-Two regions, ``east`` and ``west`` (``--brokers`` each, 3 by default), the link process
-between them (``--link-latency-ms`` one way, 50 by default) and the mirror flow
-east -> west: the processes ``mq up`` starts, on free ports in a temporary directory
-(``mq.lab.geo.GeoLab``). The mirror is driven only through ``python -m mirror`` and its
-status file.
+The one path of every geo workload, whatever the region size: two regions, ``east`` and
+``west`` (``--brokers`` each: 3 by default, 1 for single-broker regions), the link
+process between them (``--link-latency-ms`` one way, 50 by default) and the mirror flow
+east -> west with its settings (``--mirror-config KEY=VALUE``): the processes ``mq up``
+starts, on free ports in a temporary directory (``mq.lab.geo.GeoLab``). The mirror is
+driven only through ``python -m mirror`` and its status file. Every line also carries
+``bytes``, the largest broker's and the mirror's RSS, the load average, the versions, and
+the mirror's fetch settings as its status file reports them (``settings.mirror_fetch``).
 
 - P7 (throughput; ``--p7-modes``): ``--records`` 100-byte records on ``--partitions`` (6)
   partitions, RF=3, acks=all, produced by ``--producers`` processes with ``send_many``.
@@ -96,6 +99,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-failback", action="store_true", help="geo-failover: skip the timed fail-back")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config for every broker of both regions (repeatable)")
+    parser.add_argument("--mirror-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the mirror flow, e.g. max.partition.fetch.bytes=1048576 (repeatable)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     args.only = _names(args.only, WORKLOADS, parser, "--only")
     args.p7_modes = _names(args.p7_modes, P7_MODES, parser, "--p7-modes")
@@ -104,8 +109,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.failover_rates = _ints(args.failover_rates)
         args.rates = _ints(args.rate)
         args.broker_configs = dict(item.split("=", 1) for item in args.broker_config)
+        args.mirror_configs = dict(item.split("=", 1) for item in args.mirror_config)
     except ValueError:
-        parser.error("--rate and --failover-rates take integers, --broker-config KEY=VALUE")
+        parser.error("--rate and --failover-rates take integers, --broker-config and --mirror-config KEY=VALUE")
     if min(args.runs, args.failover_runs, args.brokers, args.partitions, args.records, args.producers,
            *args.rates or [0], *args.failover_rates or [0]) < 1:
         parser.error("counts, rates and --failover-rates must be at least 1")
@@ -128,11 +134,13 @@ class GeoBench:
     def lab(self) -> GeoLab:
         return GeoLab.start(brokers=self.args.brokers, latency_ms=self.args.link_latency_ms,
                             sync_interval_ms=5000, refresh_interval_ms=1000, heartbeat_interval_ms=1000,
-                            configs=self.args.broker_configs, ready_timeout_s=120)
+                            configs=self.args.broker_configs, mirror_configs=self.args.mirror_configs,
+                            ready_timeout_s=120)
 
-    def common(self) -> dict[str, Any]:
+    def common(self, lab: GeoLab) -> dict[str, Any]:
+        """The settings of every line; the mirror's fetch settings as its status file says."""
         return {"brokers_per_region": self.args.brokers, "link_latency_ms": self.args.link_latency_ms,
-                "size_bytes": self.args.size_bytes}
+                "size_bytes": self.args.size_bytes, "mirror_fetch": (lab.mirror_status() or {}).get("fetch")}
 
     def run(self) -> None:
         args = self.args
@@ -167,7 +175,7 @@ class GeoBench:
                        size_bytes=args.size_bytes, seed=args.seed, chunk_records=args.chunk_records,
                        batch_size=args.batch_size)
         self.record({"workload": "P7", "system": "mq", "operation": "mirror", "mode": mode, "run": run, **line,
-                     "settings": {**line["settings"], **self.common()}})
+                     **work.memory(lab), "settings": {**line["settings"], **self.common(lab)}})
         self._drop(lab, topic)
 
     def latency(self, lab: GeoLab, run: int, rate: int) -> None:
@@ -176,7 +184,7 @@ class GeoBench:
         line = work.p7_latency(lab, topic, rate=rate, seconds=args.latency_seconds, warmup_s=args.warmup_s,
                                partitions=args.partitions, size_bytes=args.size_bytes, linger_ms=args.linger_ms)
         self.record({"workload": "P7-latency", "system": "mq", "operation": "replication latency", "run": run,
-                     **line, "settings": {**line["settings"], **self.common()}})
+                     **line, **work.memory(lab), "settings": {**line["settings"], **self.common(lab)}})
         self._drop(lab, topic)
 
     def failover(self, run: int, rate: int, mode: str) -> None:
@@ -185,8 +193,8 @@ class GeoBench:
             line = work.failover(lab, f"failover-{self.tag}", rate=rate, mode=mode, steady_s=args.steady_s,
                                  partitions=args.partitions, size_bytes=args.size_bytes,
                                  failback=mode == "planned" and not args.no_failback)
-        self.record({"workload": "geo-failover", "system": "mq", "run": run, **line,
-                     "settings": {**line["settings"], **self.common()}})
+            line.update(work.memory(lab), settings={**line["settings"], **self.common(lab)})
+        self.record({"workload": "geo-failover", "system": "mq", "run": run, **line})
 
     # ------------------------------------------------------------ summaries
 

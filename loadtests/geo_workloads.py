@@ -19,7 +19,7 @@ from loadtests.stats import latency_summary
 from mq.client import Producer, blocking
 from mq.core.errors import MqError
 from mq.lab.geo import SOURCE, TARGET, GeoLab
-from mq.lab.process import wait_until
+from mq.lab.process import rss_mb, wait_until
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -148,6 +148,15 @@ class CpuMeter:
                 for group, pids in after.items()}
 
 
+def memory(lab: GeoLab) -> dict[str, float | None]:
+    """Resident memory now, MiB: the largest broker of either region, and the mirror
+    (whose fetched-but-not-appended bytes ``buffer.max.bytes`` bounds)."""
+    groups = CpuMeter(lab).pids()
+    brokers = [rss_mb(pid) for group in (f"{SOURCE}_brokers", f"{TARGET}_brokers") for pid in groups[group]]
+    return {"broker_rss_mb": max((b for b in brokers if b is not None), default=None),
+            "mirror_rss_mb": rss_mb(groups["mirror"][0]) if groups["mirror"] else None}
+
+
 def _link_bytes(lab: GeoLab) -> int:
     return sum(s.bytes or 0 for s in lab.link_status() if s.source == SOURCE)
 
@@ -174,7 +183,8 @@ def p7_backlog(lab: GeoLab, topic: str, *, records: int, partitions: int, produc
         raise RuntimeError(f"P7 backlog: {topic} not mirrored ({progress.error or 'too slow'})")
     first, done = progress.first[TARGET], progress.done[TARGET]
     seconds = max(done - first, progress.every_s)  # a tiny run ends within one poll
-    return {"records": goal, "seconds": round(seconds, 4), "rec_per_s": round(goal / seconds),
+    return {"records": goal, "bytes": goal * size_bytes, "seconds": round(seconds, 4),
+            "rec_per_s": round(goal / seconds),
             "mb_per_s": round(goal * size_bytes / seconds / 2**20, 2),
             "start_to_first_s": round(first - started, 3),
             "rec_per_s_from_start": round(goal / (done - started)),
@@ -201,7 +211,8 @@ def p7_live(lab: GeoLab, topic: str, *, records: int, partitions: int, producers
     first, done = progress.first[TARGET], progress.done[TARGET]
     source_seconds = max(progress.done[SOURCE] - progress.first[SOURCE], progress.every_s)
     seconds = max(done - first, progress.every_s)
-    return {"records": records, "seconds": round(seconds, 4), "rec_per_s": round(records / seconds),
+    return {"records": records, "bytes": records * size_bytes, "seconds": round(seconds, 4),
+            "rec_per_s": round(records / seconds),
             "mb_per_s": round(records * size_bytes / seconds / 2**20, 2),
             "source_rec_per_s": round(records / source_seconds),
             "source_produce_rec_per_s": round(produced.rec_per_s),
@@ -304,7 +315,9 @@ def p7_latency(lab: GeoLab, topic: str, *, rate: int, seconds: float, warmup_s: 
     measured = [lat for seq, lat in report if seq >= warmup]
     status = lab.mirror_status() or {}
     heartbeats = status.get("heartbeats") or {}
-    return {"records": count - warmup, "target_rec_per_s": rate,
+    parts = [p for p in status.get("partitions", []) if p["topic"] == topic]
+    p50s = sorted(p["latency_p50_ms"] for p in parts if p.get("latency_p50_ms") is not None)
+    return {"records": count - warmup, "bytes": (count - warmup) * size_bytes, "target_rec_per_s": rate,
             "achieved_rec_per_s": round(sent["sent"] / (sent["stopped"] - sent["start"])),
             "latency": latency_summary(measured, of="send in the source -> read from the mirror topic in "
                                                     "the target region, every record"),
@@ -313,6 +326,10 @@ def p7_latency(lab: GeoLab, topic: str, *, rate: int, seconds: float, warmup_s: 
                                               "of each partition per send tick"),
             "mirror_heartbeat_latency_ms": {"p50": heartbeats.get("latency_p50_ms"),
                                             "p99": heartbeats.get("latency_p99_ms")},
+            # as the mirror measures it per batch (arrival in west - the batch's max timestamp),
+            # over the last minute: the median partition's p50 and the worst partition's p99
+            "mirror_batch_latency_ms": {"p50": p50s[len(p50s) // 2] if p50s else None,
+                                        "p99": max((p["latency_p99_ms"] or 0 for p in parts), default=None)},
             "records_failed": sent["failed"],
             "settings": {**topic_settings, "acks": "all", "linger_ms": linger_ms, "warmup_s": warmup_s,
                          "api": "send() per record, partitions round-robin"}}
@@ -402,4 +419,4 @@ def failover(lab: GeoLab, topic: str, *, rate: int, mode: str, steady_s: float, 
     return line
 
 
-__all__ = ["create_topic", "failover", "p7_backlog", "p7_latency", "p7_live"]
+__all__ = ["create_topic", "failover", "memory", "p7_backlog", "p7_latency", "p7_live"]

@@ -19,10 +19,12 @@ import time
 from collections.abc import Sequence
 
 from mirror.flow_config import (
+    FETCH_DEFAULTS,
     FlowConfig,
     FlowConfigError,
     data_dir_of,
     default_cluster_path,
+    fetch_settings,
     flow_dir_name,
     flow_from_cluster,
     load_cluster,
@@ -66,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how often a heartbeat is written to the source (default 1000)")
     run.add_argument("--replication-factor", type=int, metavar="N",
                      help="of the mirror topics it creates (default min(3, brokers))")
+    run.add_argument("--max-partition-fetch-bytes", type=int, metavar="BYTES",
+                     help=f"most bytes a fetch asks of one partition (default {FETCH_DEFAULTS.partition_max_bytes})")
+    run.add_argument("--buffer-max-bytes", type=int, metavar="BYTES",
+                     help=f"the flow's memory for fetched records not yet appended, fetches in flight included "
+                          f"(default {FETCH_DEFAULTS.buffer_max_bytes})")
+    run.add_argument("--fetches-per-leader", type=int, metavar="N",
+                     help=f"fetch requests in flight per source leader (default {FETCH_DEFAULTS.fetches_per_leader})")
     run.add_argument("--metrics-listen", default="127.0.0.1:0", metavar="HOST:PORT",
                      help="where /metrics listens (port 0: any free port, logged at start)")
 
@@ -135,6 +144,12 @@ def flow_from_args(args: argparse.Namespace) -> FlowConfig:
                 "emit_heartbeats_interval_ms", "replication_factor"):
         if getattr(args, key) is not None:
             changes[key] = getattr(args, key)
+    fetch = (args.max_partition_fetch_bytes, args.buffer_max_bytes, args.fetches_per_leader)
+    if any(value is not None for value in fetch):
+        old = flow.fetch
+        changes["fetch"] = fetch_settings(*(old_value if value is None else value for value, old_value in
+                                            zip(fetch, (old.partition_max_bytes, old.buffer_max_bytes,
+                                                        old.fetches_per_leader), strict=True)), flow=flow.name)
     if changes:
         from dataclasses import replace
 

@@ -2,12 +2,14 @@
 
 One loop drives every partition of the flow:
 
-* **fetch**: one FetchRequest per source leader for every partition that has room in its
-  buffer (Kafka's replica fetcher, as a client: ``replica_id`` -1, so only records below
-  the source's high watermark, i.e. acknowledged ones, are copied). It long-polls
-  ``fetch_max_wait_ms`` at the source and travels on its own connection lane, so admin
-  requests never queue behind it. The source is reached through ``address_map``: the
-  link proxies, never directly.
+* **fetch**: FetchRequests to each source leader for the partitions that have room, as
+  the flow's fetch plan says (``mirror.fetch_plan``: how many bytes per partition and
+  request, up to ``fetches_per_leader`` requests in flight per leader, all within the
+  flow's byte budget). As a client (``replica_id`` -1), so only records below the
+  source's high watermark, i.e. acknowledged ones, are copied. A request long-polls
+  ``fetch_max_wait_ms`` at the source and travels on a connection lane of its own (one
+  per slot), so admin requests and the other slot never queue behind it. The source is
+  reached through ``address_map``: the link proxies, never directly.
 * **append**: one MirrorAppend in flight per partition (``Admin.mirror_append``, acks=-1),
   while the next fetch for that partition is already out (pipelining);
 * **resolve**: partitions that do not know the target's end (at start, after a target
@@ -26,6 +28,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from mirror.fetch_plan import FetchPlanner, FetchSettings, PlannedFetch
 from mirror.metrics import FlowMetrics
 from mirror.partition import END_PROBE_START_OFFSET, PartitionMirror
 from mq.client import Admin
@@ -43,21 +46,19 @@ Sent = dict[TopicPartition, int]  # tp -> the epoch of the partition core when t
 
 class Copier:
     def __init__(self, flow: str, source: ClusterClient, target: Admin, metrics: FlowMetrics,
-                 clock: Clock, *, fetch_max_wait_ms: int = 500, partition_max_bytes: int = 1024 * 1024,
-                 max_buffered_bytes: int = 4 * 1024 * 1024, append_timeout_ms: int = 30_000,
-                 stall_timeout_ms: int = 5_000) -> None:
+                 clock: Clock, *, fetch_max_wait_ms: int = 500, fetch: FetchSettings | None = None,
+                 append_timeout_ms: int = 30_000, stall_timeout_ms: int = 5_000) -> None:
         self.flow = flow
         self.source = source
         self.target = target
         self.metrics = metrics
         self.clock = clock
         self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.partition_max_bytes = partition_max_bytes
-        self.max_buffered_bytes = max_buffered_bytes
+        self.planner = FetchPlanner(fetch)
         self.append_timeout_ms = append_timeout_ms
         self.stall_timeout_ms = stall_timeout_ms
         self.partitions: dict[TopicPartition, PartitionMirror] = {}
-        self._fetches: dict[int, asyncio.Task] = {}
+        self._fetches: dict[tuple[int, int], asyncio.Task] = {}  # (leader, slot) -> its request
         self._appends: dict[TopicPartition, asyncio.Task] = {}
         self._resolving: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -68,8 +69,10 @@ class Copier:
         """Mirror exactly ``tps`` from now on (new ones start by reading the target's end)."""
         wanted = set(tps)
         for tp in sorted(wanted - set(self.partitions)):
+            fetch = self.planner.settings
             self.partitions[tp] = PartitionMirror(
-                tp, max_buffered_bytes=self.max_buffered_bytes, stall_timeout_ms=self.stall_timeout_ms)
+                tp, max_buffered_bytes=fetch.partition_buffer_bytes, max_append_bytes=fetch.partition_max_bytes,
+                stall_timeout_ms=self.stall_timeout_ms)
         for tp in sorted(set(self.partitions) - wanted):
             del self.partitions[tp]
         self.source.metadata.add_topics(*sorted({tp.topic for tp in wanted}))
@@ -165,38 +168,26 @@ class Copier:
     # ------------------------------------------------------------------ fetches
 
     def _send_fetches(self, now: int) -> None:
-        md = self.source.metadata
-        by_node: dict[int, list[TopicPartition]] = {}
-        missing_leader = False
-        for tp, pm in self.partitions.items():
-            if not pm.wants_fetch(now):
-                continue
-            leader = md.leader_for(tp)
-            if leader is None:
-                missing_leader = True
-                continue
-            if leader not in self._fetches:
-                by_node.setdefault(leader, []).append(tp)
+        fetches, missing_leader = self.planner.plan(self.partitions, self.source.metadata.leader_for, now)
         if missing_leader:
             self.source.update_metadata_soon()
-        for node, tps in by_node.items():
-            sent: Sent = {}
-            topics: dict[str, list[m.FetchPartition]] = {}
-            for tp in tps:
-                offset, epoch = self.partitions[tp].fetch_sent(now)
-                sent[tp] = epoch
-                topics.setdefault(tp.topic, []).append(
-                    m.FetchPartition(tp.partition, offset, partition_max_bytes=self.partition_max_bytes))
-            request = m.FetchRequest(topics=[m.FetchTopic(t, ps) for t, ps in topics.items()],
-                                     max_wait_ms=self.fetch_max_wait_ms, min_bytes=1)
-            task = asyncio.get_running_loop().create_task(self._fetch(node, request, sent))
-            self._fetches[node] = task
+        for fetch in fetches:
+            task = asyncio.get_running_loop().create_task(self._fetch(fetch))
+            self._fetches[(fetch.leader, fetch.slot)] = task
             task.add_done_callback(self._done)
 
-    async def _fetch(self, node: int, request: m.FetchRequest, sent: Sent) -> None:
+    async def _fetch(self, fetch: PlannedFetch) -> None:
+        sent: Sent = {tp: epoch for tp, _, epoch in fetch.partitions}
+        topics: dict[str, list[m.FetchPartition]] = {}
+        for tp, offset, _ in fetch.partitions:
+            topics.setdefault(tp.topic, []).append(m.FetchPartition(
+                tp.partition, offset, partition_max_bytes=self.planner.settings.partition_max_bytes))
+        request = m.FetchRequest(topics=[m.FetchTopic(t, ps) for t, ps in topics.items()],
+                                 max_wait_ms=self.fetch_max_wait_ms, min_bytes=1, max_bytes=fetch.max_bytes)
+        lane = FETCH_LANE if fetch.slot == 0 else f"{FETCH_LANE}-{fetch.slot}"
         try:
             try:
-                response = await self.source.request(node, request, lane=FETCH_LANE)
+                response = await self.source.request(fetch.leader, request, lane=lane)
             except MqError as exc:
                 self.metrics.error("fetch")
                 self.source.update_metadata_soon()
@@ -208,7 +199,8 @@ class Copier:
                 return
             self._on_fetch_response(response, sent)  # type: ignore[arg-type]
         finally:
-            self._fetches.pop(node, None)
+            self.planner.done(fetch.leader, fetch.slot)
+            self._fetches.pop((fetch.leader, fetch.slot), None)
 
     def _on_fetch_response(self, response: m.FetchResponse, sent: Sent) -> None:
         now, wall = self.clock.monotonic_ms(), self.clock.wall_ms()

@@ -8,16 +8,22 @@ topic include/exclude patterns (regular expressions matched against whole names)
 patterns, intervals, and ``source_address_map``, the source brokers' advertised addresses
 mapped to the link proxy listeners that reach them from the target region.
 
-Flow intervals use MirrorMaker 2's names where it has one:
+Flow settings use MirrorMaker 2's names (or its consumer's) where it has one:
 
-=================================== ======= ==========================================
-name                                default meaning
-=================================== ======= ==========================================
-``refresh.topics.interval.ms``       1000   how often new topics and config changes are picked up
-``sync.group.offsets.interval.ms``   5000   how often committed group offsets are copied
-``emit.heartbeats.interval.ms``      1000   how often a heartbeat is written to the source
-``replication.factor``               0      target replication factor (0: min(3, brokers))
-=================================== ======= ==========================================
+=================================== ========= ========================================
+name                                default   meaning
+=================================== ========= ========================================
+``refresh.topics.interval.ms``       1000     how often new topics and config changes are picked up
+``sync.group.offsets.interval.ms``   5000     how often committed group offsets are copied
+``emit.heartbeats.interval.ms``      1000     how often a heartbeat is written to the source
+``replication.factor``               0        target replication factor (0: min(3, brokers))
+``max.partition.fetch.bytes``        4 MiB    most bytes one fetch asks of one partition
+``buffer.max.bytes``                 64 MiB   the flow's memory: fetched, not yet appended, plus
+                                              what the fetches in flight may bring
+``fetches.per.leader``               2        requests in flight per source leader
+=================================== ========= ========================================
+
+(``mirror.fetch_plan`` says why the fetch sizes matter through a WAN link.)
 
 Active-active flows (``mode: active-active``, ``mirror.active``) also read, from the flow's
 ``configs`` (``forward`` may also be a key of the flow itself):
@@ -41,17 +47,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.fetch_plan import FetchSettings
 from mirror.remote import ProvenanceError, replication_policy
 from mirror.topics import TopicFilter
 
 DEFAULT_DATA_DIR = ".mq"
-INTERVAL_DEFAULTS = {
+FETCH_DEFAULTS = FetchSettings()
+SETTING_DEFAULTS = {
     "refresh.topics.interval.ms": 1_000,
     "sync.group.offsets.interval.ms": 5_000,
     "emit.heartbeats.interval.ms": 1_000,
     "replication.factor": 0,
     "offset.lag.max": 100,
     "offset.sync.interval.ms": 1_000,
+    "max.partition.fetch.bytes": FETCH_DEFAULTS.partition_max_bytes,
+    "buffer.max.bytes": FETCH_DEFAULTS.buffer_max_bytes,
+    "fetches.per.leader": FETCH_DEFAULTS.fetches_per_leader,
 }
 MODES = ("active-passive", "active-active")
 
@@ -78,6 +89,7 @@ class FlowConfig:
     sync_group_offsets_interval_ms: int = 5_000
     emit_heartbeats_interval_ms: int = 1_000
     replication_factor: int = 0
+    fetch: FetchSettings = FETCH_DEFAULTS
     cluster_path: str = ""  # the cluster.json it came from ("" when given on the command line)
     # active-active (mirror.active)
     forward: bool = False
@@ -172,9 +184,9 @@ def _patterns(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _interval(flow: Mapping[str, Any], key: str) -> int:
-    intervals = flow.get("intervals") or flow.get("configs") or {}
-    for source in (intervals, flow):
+def _int_setting(flow: Mapping[str, Any], key: str) -> int:
+    settings = flow.get("intervals") or flow.get("configs") or {}
+    for source in (settings, flow):
         for name in (key, key.replace(".", "_")):
             if name in source:
                 try:
@@ -182,7 +194,22 @@ def _interval(flow: Mapping[str, Any], key: str) -> int:
                 except (TypeError, ValueError):
                     raise FlowConfigError(f"flow {flow.get('name')!r}: {key} must be an integer, "
                                           f"not {source[name]!r}") from None
-    return INTERVAL_DEFAULTS[key]
+    return SETTING_DEFAULTS[key]
+
+
+def fetch_settings(partition_max_bytes: int, buffer_max_bytes: int, fetches_per_leader: int, *,
+                   flow: str) -> FetchSettings:
+    """Checked: each at least 1, and the budget holds at least one fetch of one partition."""
+    for key, value in (("max.partition.fetch.bytes", partition_max_bytes), ("buffer.max.bytes", buffer_max_bytes),
+                       ("fetches.per.leader", fetches_per_leader)):
+        if value < 1:
+            raise FlowConfigError(f"flow {flow!r}: {key} must be at least 1, not {value} "
+                                  f"(default {SETTING_DEFAULTS[key]})")
+    if buffer_max_bytes < partition_max_bytes:
+        raise FlowConfigError(f"flow {flow!r}: buffer.max.bytes ({buffer_max_bytes}) is below "
+                              f"max.partition.fetch.bytes ({partition_max_bytes}): the flow could not hold one "
+                              f"fetch; raise buffer.max.bytes or lower max.partition.fetch.bytes")
+    return FetchSettings(partition_max_bytes, buffer_max_bytes, fetches_per_leader)
 
 
 def _setting(flow: Mapping[str, Any], key: str, default: str) -> str:
@@ -247,13 +274,15 @@ def flow_from_entry(doc: Mapping[str, Any], path: str, flow: Mapping[str, Any]) 
         sync_group_offsets_enabled=str(flow.get("sync.group.offsets.enabled", True)).lower() != "false",
         mode=mode, forward=_bool(flow, "forward"),
         replication_policy=policy, replication_policy_separator=separator,
-        offset_lag_max=_interval(flow, "offset.lag.max"),
-        offset_sync_interval_ms=_interval(flow, "offset.sync.interval.ms"),
+        offset_lag_max=_int_setting(flow, "offset.lag.max"),
+        offset_sync_interval_ms=_int_setting(flow, "offset.sync.interval.ms"),
         regions=tuple(sorted(regions)),
-        refresh_topics_interval_ms=_interval(flow, "refresh.topics.interval.ms"),
-        sync_group_offsets_interval_ms=_interval(flow, "sync.group.offsets.interval.ms"),
-        emit_heartbeats_interval_ms=_interval(flow, "emit.heartbeats.interval.ms"),
-        replication_factor=_interval(flow, "replication.factor"),
+        refresh_topics_interval_ms=_int_setting(flow, "refresh.topics.interval.ms"),
+        sync_group_offsets_interval_ms=_int_setting(flow, "sync.group.offsets.interval.ms"),
+        emit_heartbeats_interval_ms=_int_setting(flow, "emit.heartbeats.interval.ms"),
+        replication_factor=_int_setting(flow, "replication.factor"),
+        fetch=fetch_settings(_int_setting(flow, "max.partition.fetch.bytes"), _int_setting(flow, "buffer.max.bytes"),
+                             _int_setting(flow, "fetches.per.leader"), flow=name),
         cluster_path=os.path.abspath(path))
 
 

@@ -18,6 +18,7 @@ name                                        type     meaning
 ``mq_mirror_source_produce_rate``           gauge    last known source produce rate, records/s
 ``mq_mirror_lag_records_estimate``          gauge    source unreachable: lag + rate x silence (estimate)
 ``mq_mirror_partition_state``               gauge    1 for the partition's state (label ``state``)
+``mq_mirror_buffer_used_bytes``             gauge    fetched, not appended, and asked by fetches in flight
 ``mq_mirror_records_total``                 counter  records appended to the target
 ``mq_mirror_bytes_total``                   counter  bytes of record batches appended
 ``mq_mirror_gap_records_total``             counter  records deleted in the source before mirrored
@@ -51,6 +52,7 @@ class FlowMetrics(Collector):
             "Arrival of a record batch in the target minus its max timestamp",
             ["flow", "topic", "partition"], registry=self.registry, buckets=LATENCY_BUCKETS)
         self.snapshot: Sequence[PartitionStatus] = ()
+        self.buffer_used_bytes = 0  # of the flow's buffer.max.bytes, taken with the snapshot
         self.gaps_total: dict[tuple[str, int], int] = {}
         self.errors: dict[str, int] = {}
         self.group_offsets: dict[str, int] = {}
@@ -111,6 +113,10 @@ class FlowMetrics(Collector):
             gaps.add_metric(key, self.gaps_total.get((p.topic, p.partition), 0))
         yield from gauges.values()
         yield from (state, records, nbytes, gap_records, gaps)
+        used = GaugeMetricFamily("mq_mirror_buffer_used_bytes", "Fetched and not yet appended, plus what the "
+                                 "fetches in flight may bring (bounded by buffer.max.bytes)", labels=["flow"])
+        used.add_metric([self.flow], self.buffer_used_bytes)
+        yield used
         errors = CounterMetricFamily("mq_mirror_errors", "Errors by kind", labels=["flow", "kind"])
         for kind, n in sorted(self.errors.items()):
             errors.add_metric([self.flow, kind], n)

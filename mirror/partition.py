@@ -6,7 +6,8 @@ the same offsets. Per partition:
 
 * **fetch side**: ``fetch_offset`` is where the next source fetch starts: the end of what
   is fetched but not yet appended, so the next fetch is in flight while an append is
-  (pipelining; bounded by ``max_buffered_bytes``). One fetch at a time.
+  (pipelining; bounded by ``max_buffered_bytes`` and by the flow's budget,
+  ``mirror.fetch_plan``). One fetch at a time.
 * **append side**: fetched ``Chunk``s wait in ``buffered``; ``next_append`` joins them (up
   to ``max_append_bytes``) into one MirrorAppend, one in flight at a time, so batches
   reach the target in offset order. A failed append is retried with the same bytes: the
@@ -122,6 +123,7 @@ class PartitionStatus:
     source_silent_s: float | None = None
     source_rate_per_s: float | None = None
     lag_records_estimate: int | None = None
+    buffered_bytes: int = 0  # fetched, not yet appended (the append in flight included)
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -152,6 +154,7 @@ class PartitionMirror:
         self.buffered_bytes = 0
         self.appending: Chunk | None = None
         self.fetching_since_ms: int | None = None
+        self.fetched_records_ms = -1  # when a fetch last brought records (fetch plans take turns by it)
         self.fetch_retry_at_ms = 0
         self.append_retry_at_ms = 0
         self.append_sent_ms: int | None = None
@@ -211,11 +214,15 @@ class PartitionMirror:
 
     # ------------------------------------------------------------------ fetch side
 
+    @property
+    def held_bytes(self) -> int:
+        """Fetched and not yet appended: what this partition holds in memory."""
+        return self.buffered_bytes + (self.appending.size if self.appending else 0)
+
     def wants_fetch(self, now_ms: int) -> bool:
         return (self.fetch_offset is not None and self.blocked_reason is None and self.gap_candidate is None
                 and self.fetching_since_ms is None and now_ms >= self.fetch_retry_at_ms
-                and self.buffered_bytes + (self.appending.size if self.appending else 0)
-                < self.max_buffered_bytes)
+                and self.held_bytes < self.max_buffered_bytes)
 
     def fetch_sent(self, now_ms: int) -> tuple[int, int]:
         """Mark a fetch in flight; returns (fetch offset, epoch) to hand back with the answer."""
@@ -259,6 +266,7 @@ class PartitionMirror:
         self.buffered.append(found)
         self.buffered_bytes += found.size
         self.fetch_offset = found.next_offset
+        self.fetched_records_ms = now_ms
 
     def on_fetch_error(self, epoch: int, code: ErrorCode, message: str, now_ms: int, wall_ms: int,
                        *, high_watermark: int = -1, log_start_offset: int = -1,
@@ -458,4 +466,4 @@ class PartitionMirror:
             self.records_mirrored, self.bytes_mirrored, self.gap_records,
             tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms,
             self.source_unreachable, None if silent_ms is None else round(silent_ms / 1000, 3),
-            None if rate is None else round(rate, 1), estimate)
+            None if rate is None else round(rate, 1), estimate, self.held_bytes)

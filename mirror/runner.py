@@ -53,7 +53,7 @@ MIB = 1024 * 1024
 
 class FlowRunner:
     def __init__(self, flow: FlowConfig, *, metrics_listen: str = "127.0.0.1:0",
-                 clock: Clock | None = None, partition_max_bytes: int = 1024 * 1024) -> None:
+                 clock: Clock | None = None) -> None:
         self.flow = flow
         self.clock = clock or SystemClock()
         self.metrics_listen = metrics_listen
@@ -85,10 +85,10 @@ class FlowRunner:
             self.copier = ActiveCopier(flow.name, self.route, self.source, self.target, self.target_producer,
                                        self.metrics, self.clock, offset_lag_max=flow.offset_lag_max,
                                        offset_sync_interval_ms=flow.offset_sync_interval_ms,
-                                       partition_max_bytes=partition_max_bytes)
+                                       partition_max_bytes=flow.fetch.partition_max_bytes)
         else:
             self.copier = Copier(flow.name, self.fetch_client, self.target, self.metrics, self.clock,
-                                 partition_max_bytes=partition_max_bytes)
+                                 fetch=flow.fetch)
         self.discovery = Discovery(flow, self.source, self.target)
         self.heartbeats = Heartbeats(flow, self.producer, self.clock)
         self.groups: dict[str, dict] = {}
@@ -245,6 +245,8 @@ class FlowRunner:
             pm.tick(now)
         snapshot = [pm.status(wall) for _, pm in sorted(self.copier.partitions.items())]
         self.metrics.snapshot = snapshot
+        # fetched, not yet appended, plus what the fetches in flight may bring: within buffer.max.bytes
+        self.metrics.buffer_used_bytes = self.copier.planner.held_bytes(self.copier.partitions)
         states = [p.state.value for p in snapshot]
         state = self.state if self.state == "stopped" else flow_state(states)
         reason = ""
@@ -259,6 +261,7 @@ class FlowRunner:
             reason = (f"source region {self.flow.source_region} unreachable: "
                       f"{silent.topic}-{silent.partition}: {silent.reason}")
         hb = next((p for p in snapshot if p.topic == HEARTBEATS_TOPIC), None)
+        fetch = self.flow.fetch
         plan = self.discovery.plan
         lags = [p.lag_seconds for p in snapshot if p.lag_seconds is not None]
         p99s = [p.latency_p99_ms for p in snapshot if p.latency_p99_ms is not None]
@@ -280,6 +283,10 @@ class FlowRunner:
                            "latency_p50_ms": hb.latency_p50_ms if hb else None,
                            "latency_p99_ms": hb.latency_p99_ms if hb else None},
             "groups": self.groups,
+            "fetch": {"max.partition.fetch.bytes": fetch.partition_max_bytes, "buffer.max.bytes": fetch.buffer_max_bytes,
+                      "fetches.per.leader": fetch.fetches_per_leader,
+                      "buffer_used_bytes": self.metrics.buffer_used_bytes,
+                      "fetches_in_flight": len(self.copier.planner.in_flight)},
             "totals": {
                 "records_mirrored": sum(p.records_mirrored for p in snapshot),
                 "bytes_mirrored": sum(p.bytes_mirrored for p in snapshot),

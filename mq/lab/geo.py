@@ -81,9 +81,10 @@ def free_port_block(count: int, *, host: str = "127.0.0.1", attempts: int = 200)
 def two_region_file(root: str, *, brokers: int = 1, latency_ms: float = 40.0, jitter_ms: float = 0.0,
                     sync_interval_ms: int = 1000, refresh_interval_ms: int = 1000,
                     heartbeat_interval_ms: int = 500, configs: Mapping[str, Any] | None = None,
-                    host: str = "127.0.0.1") -> dict[str, Any]:
+                    mirror_configs: Mapping[str, Any] | None = None, host: str = "127.0.0.1") -> dict[str, Any]:
     """The region file of a two-region lab (as a dict, written as YAML by ``GeoLab``): the
-    layout of regions/default.yaml with every port free and the intervals short."""
+    layout of regions/default.yaml with every port free and the intervals short;
+    ``configs`` for every broker, ``mirror_configs`` for the flow (e.g. ``buffer.max.bytes``)."""
     def region(name: str) -> dict[str, Any]:
         return {"name": name, "voters": list(range(1, brokers + 1)),
                 "brokers": [{"id": i, "listen": f"{host}:{free_port(host)}",
@@ -99,7 +100,8 @@ def two_region_file(root: str, *, brokers: int = 1, latency_ms: float = 40.0, ji
                      "topics": {"include": [".*"], "exclude": ["__.*"]},
                      "sync.group.offsets.interval.ms": sync_interval_ms,
                      "refresh.topics.interval.ms": refresh_interval_ms,
-                     "emit.heartbeats.interval.ms": heartbeat_interval_ms}],
+                     "emit.heartbeats.interval.ms": heartbeat_interval_ms,
+                     "configs": {k: str(v) for k, v in (mirror_configs or {}).items()}}],
     }
 
 
@@ -144,14 +146,15 @@ class GeoLab:
     @classmethod
     def start(cls, *, brokers: int = 1, latency_ms: float = 40.0, jitter_ms: float = 0.0,
               sync_interval_ms: int = 1000, refresh_interval_ms: int = 1000, heartbeat_interval_ms: int = 500,
-              configs: Mapping[str, Any] | None = None, data_dir: str | Path | None = None,
-              ready_timeout_s: float = 60.0) -> GeoLab:
+              configs: Mapping[str, Any] | None = None, mirror_configs: Mapping[str, Any] | None = None,
+              data_dir: str | Path | None = None, ready_timeout_s: float = 60.0) -> GeoLab:
         """Start east and west (``brokers`` each, every one a voter), the link pair and the
         mirror flow east -> west; return once both regions are ready and the mirror runs."""
         root, owned = cls._root(data_dir)
         doc = two_region_file(str(root), brokers=brokers, latency_ms=latency_ms, jitter_ms=jitter_ms,
                               sync_interval_ms=sync_interval_ms, refresh_interval_ms=refresh_interval_ms,
-                              heartbeat_interval_ms=heartbeat_interval_ms, configs=configs)
+                              heartbeat_interval_ms=heartbeat_interval_ms, configs=configs,
+                              mirror_configs=mirror_configs)
         return cls.launch(doc, root, owned=owned, flows=(FLOW,), ready_timeout_s=ready_timeout_s)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The geo benchmarks (P7 mirror throughput, P7 replication latency, fail-over) run end to
-end at tiny size — one broker per region — so they cannot rot between real runs; the real
-figures come from `mq bench --only P7,P7-latency,geo-failover`."""
+end at tiny size — one broker per region (``--brokers 1``; three by default) — so they
+cannot rot between real runs; the real figures come from `mq bench --only
+P7,P7-latency,geo-failover`."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_options_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     args = parse_args(["--only", "P7", "--p7-modes", "live", "--failover-rates", "10000, 50000", "--rate", "25000,50000",
-                       "--failover-modes", "disaster", "--broker-config", "replica.fetch.max.bytes=2097152"])
+                       "--failover-modes", "disaster", "--broker-config", "replica.fetch.max.bytes=2097152",
+                       "--mirror-config", "fetches.per.leader=1"])
     assert args.only == ["P7"] and args.p7_modes == ["live"] and args.failover_rates == [10_000, 50_000]
     assert args.rates == [25_000, 50_000]
     assert args.failover_modes == ["disaster"] and args.broker_configs == {"replica.fetch.max.bytes": "2097152"}
+    assert args.mirror_configs == {"fetches.per.leader": "1"}
     for bad in (["--only", "P7,P9"], ["--p7-modes", "sideways"], ["--failover-modes", "maybe"],
-                ["--failover-rates", "fast"], ["--broker-config", "novalue"], ["--brokers", "0"]):
+                ["--failover-rates", "fast"], ["--broker-config", "novalue"], ["--brokers", "0"],
+                ["--mirror-config", "novalue"]):
         with pytest.raises(SystemExit) as exit_info:
             parse_args(bad)
         assert exit_info.value.code == 2
@@ -39,7 +43,8 @@ def test_tiny_geo_benchmarks() -> None:
         [sys.executable, "-m", "loadtests.bench", "--only", "P7,P7-latency,geo-failover", "--brokers", "1",
          "--runs", "1", "--records", "20000", "--producers", "1", "--chunk-records", "2000",
          "--rate", "2000", "--latency-seconds", "1", "--warmup-s", "0.5",
-         "--failover-rates", "1000", "--failover-runs", "1", "--steady-s", "1"],
+         "--failover-rates", "1000", "--failover-runs", "1", "--steady-s", "1",
+         "--mirror-config", "max.partition.fetch.bytes=65536", "--mirror-config", "buffer.max.bytes=1048576"],
         cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
@@ -47,8 +52,18 @@ def test_tiny_geo_benchmarks() -> None:
     runs = [x for x in lines if not x.get("summary")]
     p7 = {x["mode"]: x for x in runs if x.get("workload") == "P7"}
     assert set(p7) == {"backlog", "live"}
+    for line in [*runs]:
+        if line.get("workload") in ("P7", "P7-latency", "geo-failover"):
+            assert line["broker_rss_mb"] > 0 and line["versions"]["mq"]
+            if line["workload"] != "geo-failover":  # fail-over stops the mirror: none to measure
+                assert line["mirror_rss_mb"] > 0
+            # the flow settings reached the mirror process (as its status file says)
+            fetch = line["settings"]["mirror_fetch"]
+            assert fetch["max.partition.fetch.bytes"] == 65536 and fetch["buffer.max.bytes"] == 1 << 20
+            assert fetch["fetches.per.leader"] == 2 and fetch["buffer_used_bytes"] >= 0
     for line in p7.values():
         assert line["records"] >= 20_000 and line["rec_per_s"] > 0 and line["source_produce_rec_per_s"] > 0
+        assert line["bytes"] == line["records"] * 100
         assert line["link_bytes"] >= 20_000 * 100  # every record crossed the link
         assert set(line["cpu_s"]) == {"east_brokers", "west_brokers", "link", "mirror"}
         assert line["cpu_s"]["mirror"] > 0 and line["cpu_s"]["link"] > 0
@@ -58,6 +73,8 @@ def test_tiny_geo_benchmarks() -> None:
     # a mirrored record cannot arrive before it crossed the 50 ms link one way
     assert 50 <= latency["latency"]["p50_ms"] <= latency["latency"]["p99_ms"] <= latency["latency"]["max_ms"]
     assert 0 < latency["send_to_ack"]["p50_ms"] < latency["latency"]["p50_ms"]
+    batch = latency["mirror_batch_latency_ms"]  # as the mirror measures it: from the batch's timestamp
+    assert 0 < batch["p50"] <= batch["p99"]
     failovers = {x["mode"]: x for x in runs if x.get("workload") == "geo-failover"}
     assert set(failovers) == {"planned", "disaster"}
     planned, disaster = failovers["planned"], failovers["disaster"]

@@ -11,8 +11,10 @@ in the tests. The mirror is a client node (``MIRROR_ID``) in both regions' netwo
 - **resolve**: partitions that do not know the target's end read it with ListOffsets
   (the target leader's high watermark) and ``reset`` there, as the real copier does at
   start and after MIRROR_OFFSET_GAP; a suspected gap is confirmed against it the same way;
-- **fetch**: one FetchRequest per source leader in flight (consumer fetch, so only
-  records below the source's high watermark), long-polling at the source;
+- **fetch**: the requests ``mirror.fetch_plan.FetchPlanner`` plans (up to its
+  ``fetches_per_leader`` per source leader in flight, within the flow's byte budget;
+  consumer fetches, so only records below the source's high watermark), long-polling
+  at the source;
 - **append**: one MirrorAppend (acks=-1) per partition in flight, to the target leader;
   an answer that never comes is a retriable timeout (the same bytes go again);
 - **group sync** every ``sync_interval_ms``: the source group's committed offsets
@@ -34,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mirror.fetch_plan import FetchPlanner, FetchSettings, PlannedFetch
 from mirror.group_sync import plan_group_sync
 from mirror.partition import END_PROBE_START_OFFSET, Gap, PartitionMirror
 from mq.client.internals.metadata import needs_metadata_refresh
@@ -123,13 +126,16 @@ class SimMirror:
         life_rng = self.rng.fork("life", self.life)
         self.source = Side("source", self.source_region, life_rng.fork("source"))
         self.target = Side("target", self.target_region, life_rng.fork("target"))
-        # Small buffers and fetches: many chunks, so pipelining and joins are exercised.
-        self.partition_max_bytes = life_rng.randint(150, 1500)
+        # Small buffers and fetches: many chunks, so pipelining and joins are exercised; a
+        # small flow budget and 1-3 fetches per leader, so the fetch plan's bounds are too.
+        partition_max_bytes = life_rng.randint(150, 1500)
         self.partitions = {tp: PartitionMirror(tp, max_buffered_bytes=life_rng.randint(600, 4000),
                                                max_append_bytes=life_rng.randint(300, 3000),
                                                retry_backoff_ms=100, stall_timeout_ms=1_000)
                            for tp in self.tps}
-        self.fetching: set[int] = set()
+        self.planner = FetchPlanner(FetchSettings(partition_max_bytes,
+                                                  buffer_max_bytes=life_rng.randint(partition_max_bytes, 8000),
+                                                  fetches_per_leader=life_rng.randint(1, 3)))
         self.appending: set[TopicPartition] = set()
         self.probing: set[TopicPartition] = set()
         self.resolving = False
@@ -268,29 +274,23 @@ class SimMirror:
     # ------------------------------------------------------------------ fetches
 
     def _send_fetches(self, now: int) -> None:
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, pm in self.partitions.items():
-            leader = self.source.leaders.get(tp)
-            if leader is not None and leader not in self.fetching and pm.wants_fetch(now):
-                by_leader.setdefault(leader, []).append(tp)
-        for leader, tps in sorted(by_leader.items()):
-            sent = {tp: self.partitions[tp].fetch_sent(now) for tp in tps}
+        fetches, _ = self.planner.plan(self.partitions, self.source.leaders.get, now)
+        for fetch in fetches:
             request = m.FetchRequest([m.FetchTopic(self.topic, [
-                m.FetchPartition(tp.partition, offset, partition_max_bytes=self.partition_max_bytes)
-                for tp, (offset, _) in sent.items()])], max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1)
-            self.fetching.add(leader)
+                m.FetchPartition(tp.partition, offset, partition_max_bytes=self.planner.settings.partition_max_bytes)
+                for tp, offset, _ in fetch.partitions])], max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
+                max_bytes=fetch.max_bytes)
             self.stats.fetches += 1
-            self._send(self.source, leader, request,
-                       lambda response, leader=leader, sent=sent: self._fetched(leader, sent, response),
-                       wait_ms=FETCH_MAX_WAIT_MS)
+            self._send(self.source, fetch.leader, request,
+                       lambda response, fetch=fetch: self._fetched(fetch, response), wait_ms=FETCH_MAX_WAIT_MS)
 
-    def _fetched(self, leader: int, sent: dict[TopicPartition, tuple[int, int]], response: object) -> None:
-        self.fetching.discard(leader)
+    def _fetched(self, fetch: PlannedFetch, response: object) -> None:
+        self.planner.done(fetch.leader, fetch.slot)
         now = self.now_ms
         answers: dict[TopicPartition, m.FetchPartitionResponse] = {}
         if isinstance(response, m.FetchResponse):
             answers = {TopicPartition(t.name, p.partition): p for t in response.topics for p in t.partitions}
-        for tp, (_, epoch) in sent.items():
+        for tp, _, epoch in fetch.partitions:
             pm = self.partitions[tp]
             p = answers.get(tp)
             if p is None:

@@ -162,9 +162,9 @@ class RememberingMirror(SimMirror):
                 pm.pending_start_offset = remembered
         self.resumed.add(pm.tp)
 
-    def _fetched(self, leader, sent, response) -> None:  # type: ignore[no-untyped-def]
-        super()._fetched(leader, sent, response)
-        for tp in sent:
+    def _fetched(self, fetch, response) -> None:  # type: ignore[no-untyped-def]
+        super()._fetched(fetch, response)
+        for tp, _, _ in fetch.partitions:
             pm = self.partitions[tp]
             if pm.fetch_offset is not None:
                 self.remembered[tp] = pm.fetch_offset
@@ -222,14 +222,17 @@ class HighWatermarkGapMirror(SimMirror):
 
 
 def test_a_gap_behind_a_lagging_target_high_watermark_names_only_what_was_deleted() -> None:
-    """Seed 6213: a new target leader's high watermark says 24 while every replica holds
-    [0, 61), the mirror restarts and the source's log start moved to 122. The end probe
-    waits for the settled end (gap [61, 122)); the mutant confirming against ListOffsets
-    reports [24, 122), and the checks name the records it claims."""
-    run = mirror_schedule(6213, duration_ms=5_000)
+    """A new target leader's high watermark lags the log every replica holds (first found as
+    seed 6213: 24 while all hold [0, 61)), the mirror restarts, and the source's log start
+    has moved past the mirrored end. The end probe waits for the settled end and the gap
+    holds only what was deleted; the mutant confirming against ListOffsets claims records
+    the target held, and the checks name them. Seed 58 of these faults replays it under
+    the flow's fetch plan."""
+    faults = ("source_delete_records", "target_crash", "target_isolate")
+    run = mirror_schedule(58, duration_ms=5_000, faults=faults)
     assert run.gap_records > 0
-    with pytest.raises(InvariantViolation, match=r"claims \[24, 61\), which the target held"):
-        mirror_schedule(6213, duration_ms=5_000, mirror_class=HighWatermarkGapMirror)
+    with pytest.raises(InvariantViolation, match=r"claims \[34, 36\), which the target held"):
+        mirror_schedule(58, duration_ms=5_000, mirror_class=HighWatermarkGapMirror, faults=faults)
 
 
 def _restart_alone(self: MirrorRequests, partition: Partition, request: MirrorAppendRequest, now_ms: int,

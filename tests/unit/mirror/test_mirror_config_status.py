@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from mirror.fetch_plan import FetchSettings
 from mirror.flow_config import FlowConfigError, flow_from_cluster, parse_address_map
 from mirror.metrics import FlowMetrics
 from mirror.partition import PartitionMirror
@@ -14,7 +15,7 @@ from mq.core.types import TopicPartition
 from mq.protocol.record_batch import build_batch
 
 
-def cluster_json(tmp_path) -> str:
+def cluster_json(tmp_path, configs: tuple[tuple[str, str], ...] = ()) -> str:
     """A cluster.json as mq up writes it (mq.deploy.topology.Deployment)."""
     from mq.deploy.topology import BrokerSpec, Deployment, FlowSpec, LinkPair, ProxyRoute, Topology
 
@@ -26,7 +27,8 @@ def cluster_json(tmp_path) -> str:
               ProxyRoute("west", 1, "127.0.0.1:9192", "127.0.0.1:29192"))
     flow = FlowSpec("east->west", "east", "west", topics_include=("orders.*",), topics_exclude=(".*tmp",),
                     groups_include=("billing",), groups_exclude=("billing-test",),
-                    sync_group_offsets_interval_ms=2000, data_dir=str(tmp_path / "mirror-east->west"))
+                    sync_group_offsets_interval_ms=2000, data_dir=str(tmp_path / "mirror-east->west"),
+                    configs=configs)
     doc = Deployment(str(tmp_path), (east, west), pairs=(LinkPair(("east", "west"), "127.0.0.1:1", routes,
                                                                    str(tmp_path / "links")),), flows=(flow,))
     path = tmp_path / "cluster.json"
@@ -49,6 +51,18 @@ def test_a_flow_is_read_from_cluster_json(tmp_path) -> None:
     assert flow.sync_group_offsets_interval_ms == 2000
     assert flow.refresh_topics_interval_ms == 1000  # the default
     assert flow.state_dir == str(tmp_path / "mirror-east->west")
+    assert flow.fetch == FetchSettings()  # the defaults: 4 MiB per partition, 64 MiB per flow, 2 per leader
+
+
+def test_fetch_settings_come_from_the_flow_configs_and_are_checked(tmp_path) -> None:
+    path = cluster_json(tmp_path, (("max.partition.fetch.bytes", "1048576"), ("buffer.max.bytes", "8388608"),
+                                   ("fetches.per.leader", "1")))
+    assert flow_from_cluster(path, "east->west").fetch == FetchSettings(1 << 20, 8 << 20, 1)
+    for configs, message in (((("fetches.per.leader", "0"),), "fetches.per.leader must be at least 1"),
+                             ((("buffer.max.bytes", "lots"),), "buffer.max.bytes must be an integer"),
+                             ((("buffer.max.bytes", "1024"),), r"buffer.max.bytes \(1024\) is below max.partition")):
+        with pytest.raises(FlowConfigError, match=message):
+            flow_from_cluster(cluster_json(tmp_path, configs), "east->west")
 
 
 def test_unknown_flows_and_bad_maps_are_refused_with_the_reason(tmp_path) -> None:
@@ -100,9 +114,11 @@ def test_metrics_expose_lag_state_and_latency() -> None:
     metrics.snapshot = [pm.status(1_100)]
     metrics.observe_latencies("orders", 0, [100, 2_000])
     metrics.error("fetch")
+    metrics.buffer_used_bytes = 5_000
     text = generate_latest(metrics.registry).decode()
     assert 'mq_mirror_lag_records{flow="east->west",partition="0",topic="orders"} 6.0' in text
     assert 'mq_mirror_partition_state{flow="east->west",partition="0",state="running",topic="orders"} 1.0' in text
     assert 'mq_mirror_records_total{flow="east->west",partition="0",topic="orders"} 4.0' in text
     assert 'mq_mirror_replication_latency_seconds_count{flow="east->west",partition="0",topic="orders"} 2.0' in text
     assert 'mq_mirror_errors_total{flow="east->west",kind="fetch"} 1.0' in text
+    assert 'mq_mirror_buffer_used_bytes{flow="east->west"} 5000.0' in text
