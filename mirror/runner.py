@@ -246,7 +246,9 @@ class FlowRunner:
         snapshot = [pm.status(wall) for _, pm in sorted(self.copier.partitions.items())]
         self.metrics.snapshot = snapshot
         # fetched, not yet appended, plus what the fetches in flight may bring: within buffer.max.bytes
-        self.metrics.buffer_used_bytes = self.copier.planner.held_bytes(self.copier.partitions)
+        # (the active-passive copier's fetch plan; an active-active flow fetches one request at a time)
+        planner = self.copier.planner if isinstance(self.copier, Copier) else None
+        self.metrics.buffer_used_bytes = planner.held_bytes(self.copier.partitions) if planner else 0
         states = [p.state.value for p in snapshot]
         state = self.state if self.state == "stopped" else flow_state(states)
         reason = ""
@@ -286,7 +288,7 @@ class FlowRunner:
             "fetch": {"max.partition.fetch.bytes": fetch.partition_max_bytes, "buffer.max.bytes": fetch.buffer_max_bytes,
                       "fetches.per.leader": fetch.fetches_per_leader,
                       "buffer_used_bytes": self.metrics.buffer_used_bytes,
-                      "fetches_in_flight": len(self.copier.planner.in_flight)},
+                      "fetches_in_flight": len(planner.in_flight) if planner else None},
             "totals": {
                 "records_mirrored": sum(p.records_mirrored for p in snapshot),
                 "bytes_mirrored": sum(p.bytes_mirrored for p in snapshot),

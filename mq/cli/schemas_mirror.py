@@ -21,6 +21,7 @@ def _map(values: Schema, description: str) -> Schema:
 
 _MIRROR_PARTITION = obj(
     "a mirrored partition",
+    ("buffered_bytes", "remote_topic", "not_forwarded", "duplicates_dropped", "restarts", "resume"),
     topic=STR("topic"), partition=PARTITION,
     state=STR("waiting, running, stalled or blocked", enum=["waiting", "running", "stalled", "blocked"]),
     reason=STR("why, when not running (empty otherwise)"),
@@ -46,7 +47,14 @@ _MIRROR_PARTITION = obj(
                                "not measured yet"),
     lag_records_estimate=nullable(INT(_SILENT + ": lag_records + source_rate_per_s x source_silent_s, an "
                                       "estimate (right if the writers kept their pace), not a bound"),
-                                  "the source is heard, or its rate was never measured"))
+                                  "the source is heard, or its rate was never measured"),
+    buffered_bytes=INT("fetched, not yet appended (the append in flight included); active-passive flows"),
+    remote_topic=STR("active-active flows: the remote topic written in the target, e.g. east.orders"),
+    not_forwarded=INT("active-active: records not copied by the forwarding rule (already in the target's "
+                      "path, or remote topics without forward: true)"),
+    duplicates_dropped=INT("active-active: records dropped as already written (dedupe by origin offset)"),
+    restarts=INT("active-active: times the partition restarted from what the target holds"),
+    resume=STR("active-active: where the partition resumed and why"))
 
 MIRROR_STATUS = obj(
     "one flow's status document, `<data_dir>/mirror-<flow>/status.json` (an array of them without `--flow` "
@@ -54,7 +62,7 @@ MIRROR_STATUS = obj(
     ("pid", "error", "updated_at_ms", "lag_records", "lag_ms", "replication_latency_p99_ms",
      "source_unreachable", "source_heard_at_ms", "source_silent_s", "lag_records_lower_bound", "lag_as_of_ms",
      "source_rate_per_s", "lag_records_estimate", "started_ms", "metrics", "topics", "problems", "skipped",
-     "errors", "heartbeats", "groups", "totals"),
+     "errors", "heartbeats", "groups", "totals", "mode", "fetch"),
     flow=STR("flow name"), source=STR("source region"), target=STR("target region"),
     pid=nullable(INT("the mirror process"), "not started"),
     state=STR("running, starting, stalled, blocked, stopped or failed-over"),
@@ -83,15 +91,27 @@ MIRROR_STATUS = obj(
                    sent=INT("heartbeats written"),
                    latency_p50_ms=nullable(INT("end-to-end replication latency p50"), "none in the last minute"),
                    latency_p99_ms=nullable(INT("end-to-end replication latency p99"), "none in the last minute")),
-    groups=_map(obj("a group", ("synced_ms", "skipped", "clamped"), committed=INT("offsets written so far"),
+    groups=_map(obj("a group", ("committed", "synced_ms", "skipped", "clamped", "checkpoints", "checkpointed_ms"),
+                    committed=INT("offsets written so far"),
                     synced_ms=INT("last sync (epoch ms)"), skipped=STR("why not synced (e.g. active in the target)"),
-                    clamped=INT("offsets clamped to the mirrored end in the last sync")),
+                    clamped=INT("offsets clamped to the mirrored end in the last sync"),
+                    checkpoints=INT("active-active: translated offsets written to the checkpoints topic"),
+                    checkpointed_ms=INT("active-active: last checkpoint (epoch ms)")),
                 "groups whose offsets are synced, id -> figures"),
     totals=obj("over all partitions", records_mirrored=INT("records"), bytes_mirrored=INT("bytes"),
                lag_records=INT("lag (a lower bound when the source is not heard)"),
                gap_records=INT("records lost to gaps"), stalled=INT("partitions stalled"),
                blocked=INT("partitions blocked")),
-    partitions=arr(_MIRROR_PARTITION, "by topic and partition"))
+    partitions=arr(_MIRROR_PARTITION, "by topic and partition"),
+    mode=STR("active-passive or active-active", enum=["active-passive", "active-active"]),
+    fetch=obj("the flow's fetch settings and buffer use",
+              ("buffer_used_bytes", "fetches_in_flight"),
+              **{"max.partition.fetch.bytes": INT("most bytes one fetch asks of one partition"),
+                 "buffer.max.bytes": INT("the flow's buffer budget"),
+                 "fetches.per.leader": INT("requests in flight per source leader"),
+                 "buffer_used_bytes": INT("fetched, not yet appended, plus what fetches in flight may bring"),
+                 "fetches_in_flight": nullable(INT("fetch requests in flight"),
+                                               "an active-active flow (one fetch at a time)")}))
 
 _AT_RISK = obj(
     "a promoted partition", topic=STR("topic"), partition=PARTITION,

@@ -24,6 +24,7 @@ from mq.deploy.process import is_alive
 from tests.integration.cli.helpers import base_env, free_listen, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
+from tests.integration.mirror.test_mirror_cut_link import valid
 
 READY_S = 60
 WEST_N = 2_000
@@ -193,6 +194,7 @@ def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path:
         status = json.loads(run_mq("mirror", "status", "--flow", "east-to-west", "--json", env=env,
                                    cwd=tmp_path).stdout)
         assert status["mode"] == "active-active" and status["groups"]["billing"]["checkpoints"] >= 1
+        valid("mq mirror status", status)  # as documented in docs/reference/json-output.md
     finally:
         down = run_mq("down", env=env, cwd=tmp_path, timeout=60)
         assert down.returncode == 0, down.stderr
