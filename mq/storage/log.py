@@ -249,6 +249,12 @@ class Log:
             self._segments.pop().delete()
         else:
             active.on_become_inactive()
+            # Files reach the disk in no particular order: unless the outgoing segment
+            # is durable before the new one takes bytes, a power loss can keep the new
+            # segment's records and lose the older ones below them, and the log that
+            # recovery opens is no longer a prefix of what was written (a gap that
+            # ``flush`` then declares durable). One fsync per roll buys the order.
+            self._fsync_segment(active)
         segment = LogSegment.create(self.fileio, self.directory, base_offset, self._config, now_ms=now_ms)
         self._segments.append(segment)
         self._dir_dirty = True

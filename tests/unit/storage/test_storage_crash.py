@@ -157,7 +157,29 @@ def test_truncated_active_segment_on_a_stopped_replica() -> None:
     _check_lookups(again)
 
 
+def test_rolled_segments_survive_a_crash_only_the_active_tail_is_lost() -> None:
+    fs = MemoryFileIO()
+    cfg = config(segment_bytes=1024)
+    log = open_log(fs, cfg)
+    _append_random(log, Rng(2), 5, "p")
+    log.flush()
+    log.checkpoint()
+    _append_random(log, Rng(3), 30, "q")  # rolls several segments, none flushed by the caller
+    assert len(log.segments) > 2
+    model = read_all(log)
+    active_base = log.active_segment.base_offset
+    fs.crash()
+    again = open_log(fs, cfg)
+    # A roll fsyncs the outgoing segment, so only the active segment's bytes are lost.
+    assert again.log_end_offset == active_base
+    assert read_all(again) == model[:active_base]
+    again.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
+    assert [r.offset for r in read_all(again)][-1] == active_base
+
+
 def test_lost_rolled_segment_does_not_leave_a_gap() -> None:
+    """Files as a build without the fsync on roll could leave them: the rolled
+    segments never reached the disk and come back empty after the durable prefix."""
     fs = MemoryFileIO()
     cfg = config(segment_bytes=1024)
     log = open_log(fs, cfg)
@@ -165,11 +187,16 @@ def test_lost_rolled_segment_does_not_leave_a_gap() -> None:
     log.flush()
     log.checkpoint()
     durable = log.log_end_offset
-    _append_random(log, Rng(3), 30, "q")  # rolls several unsynced segments
-    assert len(log.segments) > 2
+    kept = read_all(log)
+    synced = {s.log_path: fs.durable_size(s.log_path) for s in log.segments}
+    _append_random(log, Rng(3), 30, "q")
+    assert len(log.segments) > len(synced) + 1
+    for segment in log.segments:
+        fs.files[segment.log_path].durable = synced.get(segment.log_path, 0)
     fs.crash()
     again = open_log(fs, cfg)
     assert again.log_end_offset == durable
+    assert read_all(again) == kept
     again.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
     assert [r.offset for r in read_all(again)][-1] == durable
 
