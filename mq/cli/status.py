@@ -21,7 +21,7 @@ import os
 import time
 
 from mq.cli.common import CliError
-from mq.cli.output import cell, console, human_bytes, print_fitted, print_json
+from mq.cli.output import cell, console, human_bytes, print_fitted, print_json, print_table, table
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -121,6 +121,7 @@ def _status_of_brokers(bootstrap: str, *, as_json: bool) -> int:
     if as_json:
         region = _region_json(d)
         print_json({"data_dir": "", "running": bool(d["live"]), "regions": [region], "links": [], "flows": [],
+                    "lag_exporter": None,
                     "region": None, **{k: v for k, v in region.items() if k != "name"}})
         return 0
     console().print(f"region of {bootstrap} (cluster {view.cluster_id}), as its brokers tell it")
