@@ -15,6 +15,7 @@ import sys
 import time
 from typing import NoReturn
 
+from mq.core.argtypes import duration_ms, regex  # noqa: F401 - argparse types the commands import from here
 from mq.core.errors import ErrorCode, MqError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
@@ -70,28 +71,6 @@ def host_port_or_any(text: str) -> str:
     return text
 
 
-def duration_ms(text: str) -> int:
-    """argparse type for a duration above zero (``500ms``, ``5s``, ``10m``), in ms."""
-    from mq.core.durations import parse_duration_ms
-
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a duration above zero is needed")
-    return ms
-
-
-def regex(text: str) -> str:
-    """argparse type for a regular expression (checked, returned as text)."""
-    import re
-
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression ({exc})") from None
-    return text
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:

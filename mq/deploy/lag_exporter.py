@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -44,7 +43,8 @@ from mq.client.lag_exporter import (
     ExportRound,
     LagExporter,
 )
-from mq.core.durations import format_duration_ms, parse_duration_ms
+from mq.core.argtypes import duration_ms, regex
+from mq.core.durations import format_duration_ms
 from mq.deploy.topology import Deployment, load_cluster
 
 log = logging.getLogger("mq.lag")
@@ -269,38 +269,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The exporter's options (``mq lag export`` has the same, with the same defaults)."""
-    p.add_argument("--interval", type=_duration, default=DEFAULT_INTERVAL_MS, metavar="DURATION",
+    p.add_argument("--interval", type=duration_ms, default=DEFAULT_INTERVAL_MS, metavar="DURATION",
                    help=f"time between rounds: 500ms, 1s, 1m (default: {format_duration_ms(DEFAULT_INTERVAL_MS)})")
     p.add_argument("--topic", default=SNAPSHOT_TOPIC, help=f"where snapshots go (default: {SNAPSHOT_TOPIC})")
-    p.add_argument("--retention", type=_duration, default=DEFAULT_RETENTION_MS, metavar="DURATION",
+    p.add_argument("--retention", type=duration_ms, default=DEFAULT_RETENTION_MS, metavar="DURATION",
                    help="retention.ms of the topic when the exporter creates it (default: 1d)")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, metavar="N",
                    help=f"partitions of the topic when the exporter creates it (default: {DEFAULT_PARTITIONS})")
-    p.add_argument("--groups", type=_regex, default=".*", metavar="REGEX",
+    p.add_argument("--groups", type=regex, default=".*", metavar="REGEX",
                    help="export only the groups whose whole id matches (default: every group)")
     p.add_argument("--metrics-listen", type=_listen, default="127.0.0.1:0", metavar="HOST:PORT",
                    help="where /metrics listens (port 0: a free port, logged)")
     p.add_argument("--no-metrics", dest="metrics_listen", action="store_const", const="", help="serve no /metrics")
     p.add_argument("--status-file", default="", metavar="PATH", help="rewrite this JSON status after every round")
     p.add_argument("--rounds", type=int, default=0, metavar="N", help="stop after N rounds (default: run until stopped)")
-
-
-def _duration(text: str) -> int:
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a duration above zero is needed")
-    return ms
-
-
-def _regex(text: str) -> str:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression ({exc})") from None
-    return text
 
 
 def _listen(text: str) -> str:
