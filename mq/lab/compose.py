@@ -21,7 +21,6 @@ import atexit
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from mq.deploy.compose_runtime import (
 )
 from mq.deploy.topology import BrokerSpec
 from mq.lab import observe
+from mq.lab.clients import LabClients
 from mq.lab.process import wait_until
 
 UP_TIMEOUT_S = 180.0
@@ -109,7 +109,7 @@ class ContainerBroker:
         return f"ContainerBroker({self.container}, {self.spec.listen})"
 
 
-class ComposeLab:
+class ComposeLab(LabClients):
     """A compose cluster seen from this host (see the module docstring)."""
 
     def __init__(self, compose_file: Path, root: Path, *, project: str, owned: bool) -> None:
@@ -171,12 +171,7 @@ class ComposeLab:
             return
         self._closed = True
         atexit.unregister(self.close)
-        for client in reversed(self._clients):
-            try:
-                client.close()
-            except Exception as error:  # noqa: BLE001 - closing must go on for the others
-                print(f"closing {type(client).__name__}: {error}", file=sys.stderr)
-        self._clients.clear()
+        self._close_clients()
         if self._owned:
             started = time.monotonic()
             _compose(self.compose_file, self.project, "down", "-v", "--timeout", "10", timeout_s=180)
@@ -190,19 +185,6 @@ class ComposeLab:
         if topology is None:
             raise ValueError(f"no region {region!r} (regions: {', '.join(self.deployment.region_names)})")
         return topology.bootstrap
-
-    def _keep(self, client: Any) -> Any:
-        self._clients.append(client)
-        return client
-
-    def admin(self, region: str, **config: Any) -> blocking.Admin:
-        return self._keep(blocking.Admin(self.bootstrap(region), **config))
-
-    def producer(self, region: str, **config: Any) -> blocking.Producer:
-        return self._keep(blocking.Producer(self.bootstrap(region), **config))
-
-    def consumer(self, region: str, **config: Any) -> blocking.Consumer:
-        return self._keep(blocking.Consumer(self.bootstrap(region), **config))
 
     def ends(self, region: str, topic: str) -> dict[int, int]:
         """High watermark of every partition of ``topic`` in ``region``."""

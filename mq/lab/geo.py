@@ -42,6 +42,7 @@ from mq.core.types import LATEST_TIMESTAMP, TopicPartition
 from mq.deploy import Deployment, Launcher, Links, LinkStatus, parse_topology
 from mq.deploy import process as deploy_process
 from mq.deploy import services as deploy_services
+from mq.lab.clients import LabClients
 from mq.lab.process import free_port, wait_until
 
 SOURCE, TARGET = "east", "west"
@@ -131,7 +132,7 @@ class MirrorRun:
         return self
 
 
-class GeoLab:
+class GeoLab(LabClients):
     """A running two-region deployment (see the module docstring)."""
 
     def __init__(self, root: Path, deployment: Deployment, launcher: Launcher, *, owned: bool) -> None:
@@ -205,12 +206,7 @@ class GeoLab:
             return
         self._closed = True
         atexit.unregister(self.close)
-        for client in reversed(self._clients):
-            try:
-                client.close()
-            except Exception as error:  # noqa: BLE001 - closing must go on for the others
-                print(f"closing {type(client).__name__}: {error}", file=sys.stderr)
-        self._clients.clear()
+        self._close_clients()
         # mirrors started here or by fail-back (the reverse flow) may not be in cluster.json
         running = [(d.name, self.mirror_pid(d.name.removeprefix("mirror-"))) for d in self.root.glob("mirror-*")]
         deploy_services.stop_all([(name, pid) for name, pid in running if pid is not None], 5.0)
@@ -238,25 +234,6 @@ class GeoLab:
         return self.root / f"mirror-{flow}"
 
     # ------------------------------------------------------------------ clients (closed by close())
-
-    def _keep(self, client: Any) -> Any:
-        self._clients.append(client)
-        return client
-
-    def admin(self, region: str, **config: Any) -> blocking.Admin:
-        return self._keep(blocking.Admin(self.bootstrap(region), **config))
-
-    def producer(self, region: str, **config: Any) -> blocking.Producer:
-        return self._keep(blocking.Producer(self.bootstrap(region), **config))
-
-    def consumer(self, region: str, **config: Any) -> blocking.Consumer:
-        return self._keep(blocking.Consumer(self.bootstrap(region), **config))
-
-    def forget(self, client: Any) -> None:
-        """Close a client now (and not again at ``close()``)."""
-        if client in self._clients:
-            self._clients.remove(client)
-        client.close()
 
     def ends(self, region: str, topic: str, *, admin: Any = None) -> dict[int, int]:
         """High watermark of every partition of ``topic`` in ``region``."""
