@@ -17,6 +17,7 @@ from mq.cli import broker_ctl, status
 from mq.cli.common import (
     EXIT_USAGE,
     CliError,
+    data_dir_of_env,
     duration_ms,
     host_port,
     host_port_or_any,
@@ -109,8 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_data_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR",
-                   help=f"where `mq up` keeps brokers' data, logs and cluster.json (default: ./{DEFAULT_DATA_DIR})")
+    p.add_argument("--data-dir", default=data_dir_of_env(), metavar="DIR",
+                   help="where `mq up` keeps brokers' data, logs and cluster.json "
+                        f"(default: $MQ_DATA_DIR, else ./{DEFAULT_DATA_DIR})")
 
 
 def _add_config(p: argparse.ArgumentParser, help_text: str) -> None:

@@ -350,7 +350,12 @@ class _GeoReader(_Reader):
                                            "(from link_port_base)")))
             used.append((pair.control, f"the control port of link {pair.name} (from link_port_base)"))
         for address, what in used:
-            host, port = split_host_port(address)
+            try:
+                host, port = split_host_port(address)
+            except ValueError as exc:
+                raise self.fail("", f"{what}: {exc}",
+                                "a broker listening above port 55535 needs its own metrics_listen "
+                                "(the default is the listen port + 10000)") from None
             for other_host, other_port, other in taken:
                 if port == other_port and (host == other_host or host in _WILDCARD_HOSTS
                                            or other_host in _WILDCARD_HOSTS):

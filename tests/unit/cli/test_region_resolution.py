@@ -79,3 +79,14 @@ def test_a_cluster_json_written_before_regions(here):
     (here / ".mq" / "cluster.json").write_text(json.dumps(
         {"format": 1, "bootstrap": "o:1", "topology": {"name": "local"}, "processes": {}}))
     assert bootstrap_of(args()) == "o:1" and bootstrap_of(args(region="local")) == "o:1"
+
+
+@pytest.mark.parametrize("argv", [["status"], ["down"], ["link", "list"], ["broker", "kill", "2"]])
+def test_topology_commands_follow_mq_data_dir(here, monkeypatch, argv):
+    """`mq up` tells the user to export MQ_DATA_DIR; the commands that read its data dir
+    (status, down, link, broker) look there too unless --data-dir says otherwise."""
+    from mq.cli.main import build_parser
+
+    monkeypatch.setenv("MQ_DATA_DIR", str(here / "elsewhere"))
+    assert build_parser().parse_args(argv).data_dir == str(here / "elsewhere")
+    assert build_parser().parse_args([*argv, "--data-dir", "d"]).data_dir == "d"

@@ -192,6 +192,9 @@ def test_a_cluster_json_of_the_first_format_is_one_region(tmp_path):
     (("link_port_base: 7300", "link_port_base: 17001"),
      ("port 17001: the link proxy east-west for east broker 1 (from link_port_base) is also "
      "regions[0].brokers[0].metrics_listen (the default: listen port + 10000)")),
+    (("{id: 1, listen: 127.0.0.1:7101}", "{id: 1, listen: 127.0.0.1:60001}"),
+     ("regions[1].brokers[0].metrics_listen (the default: listen port + 10000): '127.0.0.1:70001' is not "
+      "HOST:PORT")),
     (("{id: 1, listen: 127.0.0.1:7101}", "{id: 1, listen: '0.0.0.0:7001'}"),
      "port 7001: regions[1].brokers[0].listen (west broker 1) is also regions[0].brokers[0].listen"),
     (("{id: 1, listen: 127.0.0.1:7101}", "{id: 1, listen: 127.0.0.1}"),
