@@ -20,7 +20,10 @@ that destination fail at once: a node that is down never accumulates requests.
 Requests made while a connection is being opened wait for it (at most
 ``connect_timeout_ms``, at most ``max_queued`` of them).
 
-Requests are pipelined with correlation ids; the broker answers in order. A request
+Requests are pipelined with correlation ids; the broker answers in order, so an
+``Outbound`` names a *lane*: each (destination, lane) has its own connection, and a
+replica fetch sent while another to the same leader long-polls goes on a lane of its
+own instead of queueing behind the parked one. A request
 gets ``request_timeout_ms`` to be answered, plus its ``max_wait_ms`` for a (replica)
 fetch, which long-polls on the leader. A timeout closes the connection, failing
 everything in flight on it, as Kafka's network client does: the stream can no
@@ -147,7 +150,7 @@ class PeerNetwork:
         self.max_queued = max_queued
         self.max_buffered_bytes = max_buffered_bytes
         self._loop = asyncio.get_running_loop()
-        self._peers: dict[int, _Peer] = {}
+        self._peers: dict[tuple[int, int], _Peer] = {}  # (node id, lane)
         self._failed: list[int] = []
         self._failures_scheduled = False
         self.closed = False
@@ -169,9 +172,10 @@ class PeerNetwork:
     def _send_one(self, item: Outbound) -> None:
         if self.closed:
             return
-        peer = self._peers.get(item.destination)
+        key = (item.destination, item.lane)
+        peer = self._peers.get(key)
         if peer is None:
-            peer = self._peers[item.destination] = _Peer(item.destination, self.reconnect_backoff_ms)
+            peer = self._peers[key] = _Peer(item.destination, self.reconnect_backoff_ms)
         if peer.conn is not None:
             self._write(peer, peer.conn, item)
         elif peer.connecting is not None:
@@ -391,27 +395,28 @@ class PeerNetwork:
 
     # ------------------------------------------------------------ state and shutdown
 
+    def _lanes(self, node_id: int | None) -> list[_Peer]:
+        return [p for (node, _), p in sorted(self._peers.items()) if node_id is None or node == node_id]
+
     def is_connected(self, node_id: int) -> bool:
-        peer = self._peers.get(node_id)
+        """The first lane to ``node_id`` (every request but a second replica fetch) is open."""
+        peer = self._peers.get((node_id, 0))
         return peer is not None and peer.conn is not None
 
     def connects(self, node_id: int) -> int:
-        """Successful connects to ``node_id`` so far."""
-        peer = self._peers.get(node_id)
-        return 0 if peer is None else peer.connects
+        """Successful connects to ``node_id`` so far, over all lanes."""
+        return sum(p.connects for p in self._lanes(node_id))
 
     def in_flight(self, node_id: int | None = None) -> int:
         """Requests awaiting an answer (to ``node_id``, or to anyone)."""
-        peers = self._peers.values() if node_id is None else [p for p in [self._peers.get(node_id)] if p]
-        return sum(len(p.conn.in_flight) for p in peers if p.conn is not None)
+        return sum(len(p.conn.in_flight) for p in self._lanes(node_id) if p.conn is not None)
 
     def close(self) -> None:
         """Close every connection; nothing in flight is reported any more (the node is
         shutting down)."""
         self.closed = True
         self._failed.clear()
-        for node_id in sorted(self._peers):
-            peer = self._peers[node_id]
+        for peer in self._lanes(None):
             peer.queue.clear()
             if peer.connecting is not None:
                 peer.connecting.cancel()

@@ -1,5 +1,7 @@
-"""The follower side of replication: one ``ReplicaFetcher`` per leader, one Fetch in
-flight to each (Kafka's ``ReplicaFetcherManager``).
+"""The follower side of replication: one ``ReplicaFetcher`` per leader (Kafka's
+``ReplicaFetcherManager``); each partition is in at most one Fetch in flight, and a
+partition that becomes fetchable while another fetch to its leader long-polls goes in a
+fetch of its own, on a connection lane of its own (``Outbound.lane``).
 
 ``take_requests`` builds a FetchRequest (``replica_id`` = this broker, ``replica_epoch``
 = its broker epoch) for every leader with fetchable partitions and no fetch in flight;
@@ -31,6 +33,8 @@ from mq.replication import (
 )
 
 METADATA_LAG_RETRY_MS = 50
+MAX_FETCH_LANES = 4
+"""Connections per leader for replica fetches in flight at once (more share the last)."""
 LEADER_METADATA_BEHIND = (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN_LEADER_EPOCH)
 """Answers from a leader that has not applied the metadata naming it leader yet."""
 
@@ -51,6 +55,7 @@ class UncleanTruncation:
 class _InFlight:
     leader_id: int
     request: FetchRequest
+    lane: int = 0
 
 
 class FetcherManager:
@@ -135,12 +140,21 @@ class FetcherManager:
                 continue
             request = replace(request, topics=topics, replica_epoch=broker_epoch)
             tag = new_tag()
-            self._in_flight[tag] = _InFlight(leader_id, request)
+            lane = self._free_lane(leader_id)
+            self._in_flight[tag] = _InFlight(leader_id, request, lane)
             for topic in topics:
                 for part in topic.partitions:
                     self._fetching[(leader_id, TopicPartition(topic.name, part.partition))] = tag
-            out.append(Outbound(leader_id, request, tag))
+            out.append(Outbound(leader_id, request, tag, lane=lane))
         return out
+
+    def _free_lane(self, leader_id: int) -> int:
+        """The lowest connection lane no fetch to ``leader_id`` is using: a leader answers
+        a connection's requests in order, so a fetch queued behind a parked long-poll on
+        the same connection would wait out its ``replica.fetch.wait.max.ms``."""
+        busy = {f.lane for f in self._in_flight.values() if f.leader_id == leader_id}
+        return next(lane for lane in range(MAX_FETCH_LANES) if lane not in busy) \
+            if len(busy) < MAX_FETCH_LANES else MAX_FETCH_LANES - 1
 
     def owns(self, tag: int) -> bool:
         return tag in self._in_flight

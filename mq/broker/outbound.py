@@ -22,6 +22,7 @@ class Outbound:
     request: Request
     tag: int  # echoed to ``on_response``; unique among the node's requests in flight
     one_way: bool = False  # a RaftRequest: nothing comes back, ``on_response`` is never called
+    lane: int = 0  # the shell's connection to ``destination``: requests on one lane are answered in order
 
 
 @dataclass(frozen=True, slots=True)

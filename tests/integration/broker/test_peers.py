@@ -52,9 +52,9 @@ class RecordingNode:
         assert isinstance(now_ms, int)
         self.responses.append((tag, response))
 
-    def queue(self, destination: int, request, *, one_way: bool = False) -> int:
+    def queue(self, destination: int, request, *, one_way: bool = False, lane: int = 0) -> int:
         self._next_tag += 1
-        self.outbound.append(Outbound(destination, request, self._next_tag, one_way))
+        self.outbound.append(Outbound(destination, request, self._next_tag, one_way, lane))
         return self._next_tag
 
     def answer(self, tag: int) -> Response | None:
@@ -211,6 +211,31 @@ async def test_replica_fetch_long_polls_beyond_the_request_timeout(broker):
     assert isinstance(response, FetchResponse), response
     assert response.topics[0].partitions[0].error_code == 0
     assert time.monotonic() - started >= 0.6  # it waited on the broker, and was not timed out
+    peers.close()
+
+
+async def test_a_request_on_its_own_lane_is_not_held_behind_a_parked_long_poll(broker):
+    """A broker answers a connection's requests in order: a fetch sent while a long poll to
+    the same broker is parked must go on another lane (connection) to be answered at once."""
+    with RawClient.to(broker) as raw:
+        raw.create_topic("parked", 1)
+    node = RecordingNode({1: (broker.host, broker.port)})
+    peers = network(node)
+    parked = node.queue(1, FetchRequest([_fetch_topic("parked")], max_wait_ms=3_000))
+    peers.pump()
+    await until(lambda: peers.in_flight(1) == 1)
+    started = time.monotonic()
+    quick = node.queue(1, MetadataRequest(), lane=1)
+    peers.pump()
+    await until(lambda: len(node.responses) == 1, timeout_s=2)
+    assert isinstance(node.answer(quick), MetadataResponse) and time.monotonic() - started < 1.0
+    assert peers.connects(1) == 2 and peers.in_flight(1) == 1  # the long poll is still parked
+    same_lane = node.queue(1, MetadataRequest())
+    peers.pump()
+    await asyncio.sleep(0.3)  # a duration: on the parked lane the answer must wait its turn
+    assert [t for t, _ in node.responses] == [quick]
+    await until(lambda: len(node.responses) == 3, timeout_s=5)
+    assert [t for t, _ in node.responses] == [quick, parked, same_lane]
     peers.close()
 
 

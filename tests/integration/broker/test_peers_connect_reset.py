@@ -46,13 +46,13 @@ async def test_a_connection_reset_before_it_is_adopted_is_a_failed_attempt(monke
     peers = PeerNetwork(node, client_id="broker-1", reconnect_backoff_ms=20)
     node.queue(2, RaftRequest(b"lost with the reset"), one_way=True)
     peers.pump()
-    await until(lambda: bool(resets) and peers._peers[2].connecting is None)
+    await until(lambda: bool(resets) and peers._peers[(2, 0)].connecting is None)
     assert not peers.is_connected(2)
     # After the back-off, a new connection carries the next one-way messages.
     while not received:
         node.queue(2, RaftRequest(b"vote"), one_way=True)
         peers.pump()
-        await until(lambda: peers._peers[2].connecting is None, timeout_s=2)
+        await until(lambda: peers._peers[(2, 0)].connecting is None, timeout_s=2)
         if not received:
             await asyncio.sleep(0.01)  # the retry pace (back-off 20 ms), not a condition wait
         assert len(node.outbound) == 0
