@@ -169,6 +169,12 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
         return crc32c.crc32c(view[pos + CRC_START : pos + size])
 
 
+def checksum(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C of ``data``: for other stored files (producer-state snapshots) that
+    cannot import the codec themselves."""
+    return crc32c.crc32c(data)
+
+
 def crc_ok(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
     return len(buf) - pos >= header.size and compute_crc(buf, pos, header.size) == header.crc
 
