@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import posixpath
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mq.protocol.batch_format import checksum
 from mq.storage.fileio import FileIO
-from mq.storage.producer_state import BatchMetadata, ProducerStateEntry
+from mq.storage.producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
+from mq.storage.segment import LogSegment
 
 SNAPSHOT_SUFFIX = ".snapshot"
 VERSION = 1
@@ -159,3 +161,26 @@ def delete_snapshots(fileio: FileIO, directory: str, *, below: int | None = None
         doomed += older if newer else older[:-1]
     for offset in sorted(set(doomed)):
         fileio.remove(snapshot_path(directory, offset))
+
+
+def rebuild_producer_state(
+    state: ProducerStateManager, fileio: FileIO, directory: str, segments: Sequence[LogSegment], *,
+    log_start_offset: int, log_end_offset: int,
+) -> int:
+    """Make ``state`` that of the log: the newest snapshot at or below the log end
+    (newer ones describe batches that are gone and are deleted), then the headers of
+    every batch after it. Returns the offset of the snapshot used (-1: none)."""
+    delete_snapshots(fileio, directory, above=log_end_offset)
+    snapshot = latest_snapshot(fileio, directory, at_most=log_end_offset)
+    if snapshot is None:
+        state.clear(log_start_offset)
+        start = log_start_offset
+    else:
+        state.load(snapshot.entries, snapshot.offset)
+        start = max(snapshot.offset, log_start_offset)
+    for segment in segments:
+        if segment.next_offset > start:
+            for header in segment.headers_from(start):
+                state.update(header)
+    state.map_end_offset = log_end_offset
+    return -1 if snapshot is None else snapshot.offset
