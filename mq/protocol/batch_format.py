@@ -189,6 +189,22 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _I32.pack_into(buf, pos + LEADER_EPOCH_AT, epoch)
 
 
+PRODUCER_AT = 43
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+
+
+def with_producer_state(batch: bytes | bytearray | memoryview, producer_id: int, producer_epoch: int,
+                        base_sequence: int) -> bytes:
+    """A copy of one whole batch stamped with an idempotent producer's id, epoch and
+    base sequence (inside the CRC'd range, so the CRC is recomputed). The producer
+    stamps a batch when it first sends it, and again after an epoch bump."""
+    data = bytearray(batch)
+    _PRODUCER.pack_into(data, PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    (batch_length,) = _I32.unpack_from(data, BATCH_LENGTH_AT)
+    _U32.pack_into(data, CRC_AT, compute_crc(data, 0, batch_length + LOG_OVERHEAD))
+    return bytes(data)
+
+
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
     """Mark the batch LogAppendTime with ``timestamp_ms`` as its max_timestamp (every
     record then reads as that time), and recompute the CRC."""
