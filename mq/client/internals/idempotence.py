@@ -17,9 +17,10 @@ Errors (KIP-360, "where safe"):
   acknowledged one: an earlier batch failed and is retried first; retry.
 - ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for the next batch, or ``UNKNOWN_PRODUCER_ID``: the
   leader lost this producer's state (expiry, or an unclean election lost acknowledged
-  batches). Bump the epoch once nothing is in flight, restart every partition's
-  sequence at 0, retry. A batch written before the bump may then be written twice:
-  this is the only case idempotence cannot cover, and it needs lost state first.
+  batches), or a batch that failed for good (delivery timeout) was never appended.
+  Bump the epoch once nothing is in flight, restart every partition's sequence at 0,
+  retry. A batch written before the bump may then be written twice: this is the only
+  case idempotence cannot cover, and it needs lost state or a delivery timeout first.
 - ``INVALID_PRODUCER_EPOCH``: a newer instance with this id exists; the batch fails.
 """
 
@@ -37,11 +38,12 @@ SEQUENCE_LIMIT = 2**31
 
 
 class _PartitionSequences:
-    __slots__ = ("in_flight", "last_acked", "next_sequence")
+    __slots__ = ("in_flight", "last_acked", "last_failed", "next_sequence")
 
     def __init__(self) -> None:
         self.next_sequence = 0
         self.last_acked = -1
+        self.last_failed = -1  # last sequence of a batch that failed for good (-1: none)
         self.in_flight = 0
 
 
@@ -114,19 +116,29 @@ class IdempotenceManager:
             return True
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             state = self._seq(batch.topic_partition)
-            expected = (state.last_acked + 1) % SEQUENCE_LIMIT
-            if batch.producer_epoch == self.producer_epoch and batch.base_sequence == expected:
-                self._request_bump(batch)  # the leader lost what it acknowledged: a real gap
+            after_acked = (state.last_acked + 1) % SEQUENCE_LIMIT
+            after_failed = (state.last_failed + 1) % SEQUENCE_LIMIT
+            if batch.base_sequence == after_acked or (state.last_failed >= 0 and batch.base_sequence == after_failed):
+                # Nothing before it is unanswered: the leader lost what it acknowledged, or
+                # a batch that failed for good was never appended. A real gap: bump.
+                self._request_bump(batch)
             return True
         if code == ErrorCode.INVALID_PRODUCER_EPOCH:
             return False
         return None
 
     def on_failed(self, batch: ProducerBatch) -> None:
-        """A stamped batch failed for good (delivery timeout, a non-retriable error): its
-        sequences leave a gap the leader would refuse, so the epoch is bumped."""
-        if batch.base_sequence >= 0:
-            self._request_bump(batch)
+        """A stamped batch failed for good (delivery timeout, a non-retriable error). It
+        may have been appended or not: the next batch tells (accepted: it was; refused
+        as out of order: it was not, and the epoch is bumped then, Kafka's "unresolved
+        sequence"). Bumping at once would resend in-flight batches under the new epoch,
+        duplicating those already appended."""
+        if batch.base_sequence < 0 or batch.producer_epoch != self.producer_epoch:
+            return
+        state = self._seq(batch.topic_partition)
+        last = (batch.base_sequence + batch.record_count - 1) % SEQUENCE_LIMIT
+        if state.last_failed < 0 or 0 < (last - state.last_failed) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2:
+            state.last_failed = last
 
     def _request_bump(self, batch: ProducerBatch) -> None:
         if batch.producer_epoch == self.producer_epoch:
@@ -149,4 +161,4 @@ class IdempotenceManager:
     def _reset_sequences(self) -> None:
         for state in self._partitions.values():
             state.next_sequence = 0
-            state.last_acked = -1
+            state.last_acked = state.last_failed = -1
