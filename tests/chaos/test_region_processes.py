@@ -57,7 +57,7 @@ def _r01(tmp_path, *, kills: int, every_s: float, down_s: float, min_acked: int)
         late = {at: gap for at, gap in gaps.items() if gap is None or gap > R1_FIRST_ACK_MS}
         assert not late, f"{context}: no ack on p0 within {R1_FIRST_ACK_MS} ms of kills {late}"
         assert not split, f"{context}: split brain {split}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates either
         run.assert_no_tracebacks()
 
 
