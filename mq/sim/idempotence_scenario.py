@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 from mq.core.errors import ErrorCode
 from mq.core.types import TopicPartition
-from mq.protocol.messages import ProducePartitionData, ProduceRequest, ProduceResponse, ProduceTopicData, Response
+from mq.protocol.messages import (
+    ProducePartitionData,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicData,
+    Response,
+)
 from mq.protocol.producer_messages import InitProducerIdRequest, InitProducerIdResponse
 from mq.protocol.record_batch import build_batch
 from mq.sim.network import Delay, Drop, Duplicate
