@@ -130,7 +130,9 @@ class CompletedTxn:
 
 
 def _last_seq(header: BatchHeader) -> int:
-    return increment_sequence(header.base_sequence, header.record_count - 1)
+    """Kafka's ``lastSequence``: from the last offset delta, not the record count, which
+    log compaction lowers (it keeps a batch's offsets, removing records inside it)."""
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
 
 
 class ProducerStateManager:
@@ -211,7 +213,7 @@ class ProducerStateManager:
         entry = self._producers.get(pid)
         if header.is_control:
             return self._end_transaction(entry, header)
-        last_seq = increment_sequence(header.base_sequence, header.record_count - 1)
+        last_seq = _last_seq(header)
         updated = _with_batch(entry, header, last_seq, header.base_offset, header.last_offset, self.max_batches)
         if header.is_transactional and updated.current_txn_first_offset < 0:
             updated = replace(updated, current_txn_first_offset=header.base_offset)
