@@ -178,6 +178,14 @@ class ProducerStateManager:
                     raise _mixed(i)
                 continue
             entry = pending.get(pid) or self._producers.get(pid)
+            if header.is_control:  # a transaction marker: no sequence, only a current epoch
+                if duplicates:
+                    raise _mixed(i)
+                if entry is not None and header.producer_epoch < entry.producer_epoch:
+                    raise MqError(ErrorCode.INVALID_PRODUCER_EPOCH, (
+                        f"transaction marker of producer id {pid} has epoch {header.producer_epoch}, older than "
+                        f"its current epoch {entry.producer_epoch}"))
+                continue
             last_seq = _check_batch_fields(header)
             duplicate = None if entry is None else entry.find_duplicate(header.producer_epoch, header.base_sequence,
                                                                         last_seq)
