@@ -38,12 +38,14 @@ from loadtests.stats import Result, emit, median, versions
 from mq.lab.cluster import BrokerHandle
 from mq.lab.workloads import make_values
 
-WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover",
+WORKLOADS = ("P1", "P1b", "P2", "P5", "P1-idem", "P1b-idem", "P8", "P3", "P4", "failover",
              "rebalance", "group-throughput", "coordinator-failover", "P7", "P7-latency", "geo-failover")
 REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
 GROUP_WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")  # loadtests/bench_groups.py
 GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover")  # two regions and the mirror: loadtests/bench_geo.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
+IDEMPOTENCE_WORKLOADS = ("P1-idem", "P1b-idem")  # acks=all, plain against idempotent, side by side
+IDEMPOTENCE_TARGET = 0.9  # issue 14: idempotent produce at most 10% slower
 VALUE_POOL = 4096  # distinct values, cycled: same data for every system, little memory
 # (mq workload, peer, operation, target ratio from PERFORMANCE.md)
 PAIRS = (
@@ -121,7 +123,7 @@ class Bench:
 
     def start(self) -> None:
         wanted = set(self.args.only)
-        if wanted & {"P1", "P1b", "P2", "P5"} and not self.args.bootstrap:
+        if wanted & {"P1", "P1b", "P2", "P5", *IDEMPOTENCE_WORKLOADS} and not self.args.bootstrap:
             self.broker_root = Path(tempfile.mkdtemp(prefix="mq-bench-broker-"))
             self.broker = BrokerHandle.start(node_id=1, data_dir=self.broker_root / "data")
         if "P5" in wanted:
@@ -171,6 +173,30 @@ class Bench:
             self.runner.run(native.delete_topics(self.bootstrap, topics))
         if mq_all:
             self.run_peers(run)
+        self.run_idempotence(run)
+
+    def run_idempotence(self, run: int) -> None:
+        """P1-idem / P1b-idem: the P1 / P1b workloads with acks=all, a plain producer
+        against an idempotent one, alternating which goes first from run to run."""
+        args, wanted, size = self.args, set(self.args.only), self.args.size_bytes
+        modes = [("mq-plain", False), ("mq-idempotent", True)]
+        for workload in IDEMPOTENCE_WORKLOADS:
+            if workload not in wanted:
+                continue
+            for system, idempotent in (modes if run % 2 else modes[::-1]):
+                topic = f"bench-{workload.lower()}-{system}-{self.tag}-r{run}"
+                if workload == "P1-idem":
+                    result = native.produce_per_record(
+                        self.bootstrap, topic, self.values, run=run, size_bytes=size, linger_ms=args.linger_ms,
+                        latency_every=args.latency_every, rss=self.broker_rss, acks="all",
+                        enable_idempotence=idempotent, workload=workload, system=system)
+                else:
+                    result = native.produce_bulk(
+                        self.bootstrap, topic, self.values, run=run, size_bytes=size, linger_ms=args.linger_ms,
+                        chunk_records=args.chunk_records, in_flight=args.in_flight, rss=self.broker_rss,
+                        acks="all", enable_idempotence=idempotent, workload=workload, system=system)
+                self.record(self.runner.run(result))
+                self.runner.run(native.delete_topics(self.bootstrap, [topic]))
 
     def run_peers(self, run: int) -> None:
         size = self.args.size_bytes
@@ -202,6 +228,14 @@ class Bench:
                   "runs": len(rates), "median_rec_per_s": round(median(list(rates.values()))),
                   "median_mb_per_s": round(median(list(rates.values())) * self.args.size_bytes
                                            / 1024 / 1024, 2)})
+        for workload in IDEMPOTENCE_WORKLOADS:
+            plain, idem = self._rates(workload, "mq-plain", "produce"), self._rates(workload, "mq-idempotent", "produce")
+            runs = sorted(set(plain) & set(idem))
+            if runs:
+                ratios = [round(idem[k] / plain[k], 3) for k in runs]
+                emit({"workload": workload, "ratio": "idempotent / plain produce (acks=all)", "per_run": ratios,
+                      "median_ratio": round(median(ratios), 3), "target": IDEMPOTENCE_TARGET,
+                      "meets_target": median(ratios) >= IDEMPOTENCE_TARGET})
         for workload, peer, operation, target in PAIRS:
             mine = self._rates(workload, "mq", operation)
             theirs = self._rates("P5", peer, operation)

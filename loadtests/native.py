@@ -37,14 +37,18 @@ async def delete_topics(bootstrap: str, topics: list[str]) -> None:
 
 async def produce_per_record(bootstrap: str, topic: str, values: Sequence[bytes], *, run: int,
                              size_bytes: int, linger_ms: int, latency_every: int,
-                             rss: Callable[[], float | None]) -> Result:
+                             rss: Callable[[], float | None], acks: int | str = 1,
+                             enable_idempotence: bool | None = None, workload: str = "P1",
+                             system: str = "mq") -> Result:
     await create_topic(bootstrap, topic)
     samples: list[int] = []
 
     def timed(sent_ns: int) -> Callable[[Any], None]:
         return lambda _future: samples.append(time.perf_counter_ns() - sent_ns)
 
-    async with Producer(bootstrap, acks=1, linger_ms=linger_ms) as producer:
+    async with Producer(bootstrap, acks=acks, linger_ms=linger_ms,
+                        enable_idempotence=enable_idempotence) as producer:
+        idempotent = producer.idempotent
         start = time.perf_counter()
         last = None
         for i, value in enumerate(values):
@@ -64,15 +68,17 @@ async def produce_per_record(bootstrap: str, topic: str, values: Sequence[bytes]
         assert last is not None
         metadata = await last
     assert metadata.offset == len(values) - 1, f"last offset {metadata.offset}, sent {len(values)}"
-    return Result("P1", "mq", "produce", run, len(values), size_bytes, seconds,
+    return Result(workload, system, "produce", run, len(values), size_bytes, seconds,
                   latency_summary(samples, of=f"send -> ack, every {latency_every}th record"),
-                  rss(), {"api": "send() per record + flush", "acks": 1, "linger_ms": linger_ms,
-                          "partitions": 1, "yield_every": YIELD_EVERY})
+                  rss(), {"api": "send() per record + flush", "acks": acks, "idempotent": idempotent,
+                          "linger_ms": linger_ms, "partitions": 1, "yield_every": YIELD_EVERY})
 
 
 async def produce_bulk(bootstrap: str, topic: str, values: Sequence[bytes], *, run: int,
                        size_bytes: int, linger_ms: int, chunk_records: int, in_flight: int,
-                       rss: Callable[[], float | None], report: bool = True) -> Result:
+                       rss: Callable[[], float | None], report: bool = True, acks: int | str = 1,
+                       enable_idempotence: bool | None = None, workload: str = "P1b",
+                       system: str = "mq") -> Result:
     await create_topic(bootstrap, topic)
     pairs = [(None, value) for value in values]  # the caller's records, built before timing
     samples: list[int] = []
@@ -85,7 +91,9 @@ async def produce_bulk(bootstrap: str, topic: str, values: Sequence[bytes], *, r
         samples.append(time.perf_counter_ns() - sent_ns)
         last_offset = max(last_offset, metadata[-1].offset)
 
-    async with Producer(bootstrap, acks=1, linger_ms=linger_ms) as producer:
+    async with Producer(bootstrap, acks=acks, linger_ms=linger_ms,
+                        enable_idempotence=enable_idempotence) as producer:
+        idempotent = producer.idempotent
         start = time.perf_counter()
         pending: set[asyncio.Task[None]] = set()
         for begin in range(0, len(pairs), chunk_records):
@@ -99,10 +107,10 @@ async def produce_bulk(bootstrap: str, topic: str, values: Sequence[bytes], *, r
                 raise task
         seconds = time.perf_counter() - start
     assert last_offset == len(values) - 1, f"last offset {last_offset}, sent {len(values)}"
-    return Result("P1b", "mq", "produce", run, len(values), size_bytes, seconds,
+    return Result(workload, system, "produce", run, len(values), size_bytes, seconds,
                   latency_summary(samples, of=f"one send_many call of {chunk_records} records"),
-                  rss(), {"api": "send_many", "chunk_records": chunk_records,
-                          "in_flight": in_flight, "acks": 1, "linger_ms": linger_ms})
+                  rss(), {"api": "send_many", "chunk_records": chunk_records, "in_flight": in_flight,
+                          "acks": acks, "idempotent": idempotent, "linger_ms": linger_ms})
 
 
 async def consume_from_start(bootstrap: str, topic: str, count: int, *, run: int,

@@ -73,6 +73,10 @@ class _NodeCollector(Collector):
             "records_out": CounterMetricFamily("mq_topic_records_out", "Records fetched, per topic", labels=["topic"]),
             "bytes_out": CounterMetricFamily("mq_topic_bytes_out", "Batch bytes fetched, per topic", labels=["topic"]),
             "produce_errors": CounterMetricFamily("mq_topic_produce_errors", "Refused partition appends, per topic", labels=["topic"]),
+            "duplicate_batches": CounterMetricFamily(
+                "mq_topic_duplicate_batches",
+                "Idempotent producer retries of batches already appended (answered, not appended again), per topic",
+                labels=["topic"]),
             "truncated_committed_offsets": CounterMetricFamily(
                 "mq_topic_truncated_committed_offsets",
                 "Offsets below the high watermark a follower cut after an unclean leader election "

@@ -46,6 +46,7 @@ from mq.broker.offsets import (
 from mq.broker.outbound import Outbound, Pending
 from mq.broker.partition import Partition
 from mq.broker.produce import AcksAllWaits, DelayedProduce, handle_produce
+from mq.broker.producer_ids import ProducerIdManager, handle_init_producer_id
 from mq.broker.replicas import ReplicaManager
 from mq.broker.stats import BrokerStats
 from mq.core.config import BrokerConfig, TopicConfig
@@ -128,8 +129,10 @@ class BrokerNode:
         self._next_retention_ms = 0
         self._next_checkpoint_ms = 0
         self._next_isr_check_ms = 0
+        self._next_producer_expiry_ms = 0
         self._produce_deadline_ms: int | None = None
         self.log_cleaner = LogCleanerManager(config)
+        self.producer_ids = ProducerIdManager()
         self.groups = GroupService(self, rng=rng.fork("groups"), new_op_id=self._new_op_id,
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
         self.mirror = MirrorRequests(self, new_op_id=self._new_op_id,
@@ -145,6 +148,7 @@ class BrokerNode:
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
             ApiKey.MIRROR_APPEND: self.mirror.append,  # type: ignore[dict-item]
             ApiKey.MIRROR_TRUNCATE: self.mirror.truncate,  # type: ignore[dict-item]
+            ApiKey.INIT_PRODUCER_ID: lambda r, now: handle_init_producer_id(self, r),  # type: ignore[arg-type]
         }
 
     # ------------------------------------------------------------ life cycle
@@ -162,6 +166,7 @@ class BrokerNode:
         self._next_retention_ms = now_ms + self.config.log_retention_check_interval_ms
         self._next_checkpoint_ms = now_ms + self.config.log_flush_offset_checkpoint_interval_ms
         self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
+        self._next_producer_expiry_ms = now_ms + self.config.producer_id_expiration_check_interval_ms
         self._after(now_ms)
 
     def begin_shutdown(self, *, now_ms: int) -> None:
@@ -558,6 +563,9 @@ class BrokerNode:
             self._next_retention_ms = now_ms + self.config.log_retention_check_interval_ms
         if checkpoint:
             self._next_checkpoint_ms = now_ms + self.config.log_flush_offset_checkpoint_interval_ms
+        expiry = now_ms >= self._next_producer_expiry_ms
+        if expiry:
+            self._next_producer_expiry_ms = now_ms + self.config.producer_id_expiration_check_interval_ms
         for partition in self.partitions.values():
             if partition.log.is_offline:
                 continue
@@ -568,6 +576,8 @@ class BrokerNode:
                     self.log_start_moved(partition)
                 if checkpoint:
                     partition.checkpoint()
+                if expiry:
+                    partition.log.remove_expired_producers(now_ms, self.config.producer_id_expiration_ms)
             except MqError as err:
                 self._storage_errors.append((partition.tp, err))
         if now_ms >= self._next_isr_check_ms:
@@ -579,6 +589,7 @@ class BrokerNode:
             now_ms=now_ms)
         self._after(now_ms)
         deadlines = [self._next_retention_ms, self._next_checkpoint_ms, self._next_isr_check_ms,
+                     self._next_producer_expiry_ms,
                      now_ms + 1000, control_deadline]
         for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms, groups_deadline,
                       cleaner_deadline):

@@ -100,11 +100,11 @@ def handle_produce(node: BrokerNode, request: ProduceRequest, *, now_ms: int) ->
                     data.partition, ErrorCode.INVALID_REQUIRED_ACKS, error_message=f"acks={request.acks}"))
                 settled[tp] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
-            result, partition = _append(node, tp, data, request.acks, now_ms)
+            result, partition, end_offset = _append(node, tp, data, request.acks, now_ms)
             results.append(result)
             if partition is not None and result.error_code == ErrorCode.NONE:
-                waits.append((partition, partition.log.log_end_offset))
-                required[tp] = partition.log.log_end_offset
+                waits.append((partition, end_offset))
+                required[tp] = end_offset
             else:
                 settled[tp] = ErrorCode(result.error_code)
         topics.append(ProduceTopicResponse(topic.name, results))
@@ -117,11 +117,15 @@ def handle_produce(node: BrokerNode, request: ProduceRequest, *, now_ms: int) ->
 
 def _append(
     node: BrokerNode, tp: TopicPartition, data: ProducePartitionData, acks: int, now_ms: int
-) -> tuple[ProducePartitionResponse, Partition | None]:
+) -> tuple[ProducePartitionResponse, Partition | None, int]:
+    """The answer, the partition appended to and the end offset (one past the last)
+    that acks=all or an fsync must cover: for an idempotent retry of batches already
+    in the log, their original offsets (nothing is appended; the answer still waits
+    until they are committed)."""
     found = find_leader(node, tp)
     if not isinstance(found, Partition) or found.leader is None:
         code, message = found if isinstance(found, tuple) else not_leader(node, tp)
-        return ProducePartitionResponse(tp.partition, code, error_message=message), None
+        return ProducePartitionResponse(tp.partition, code, error_message=message), None, -1
     partition, state = found, found.leader
     config = partition.config
     refused = refuse_writes(tp, config.mirror_source_region, truncating=state.truncating)
@@ -129,13 +133,13 @@ def _append(
         refused = check_conflicts(data.records, config.conflict_rules, topic=tp.topic,
                                   region=node.config.region_name)
     if refused is not None:
-        return ProducePartitionResponse(tp.partition, refused[0], error_message=refused[1]), None
+        return ProducePartitionResponse(tp.partition, refused[0], error_message=refused[1]), None, -1
     if acks == -1 and state.check_produce(acks) != ErrorCode.NONE:
         return ProducePartitionResponse(
             tp.partition, ErrorCode.NOT_ENOUGH_REPLICAS,
             error_message=f"{len(state.isr)} in-sync replica(s) {list(state.isr)} < "
                           f"min.insync.replicas={config.min_insync_replicas}",
-        ), None
+        ), None, -1
     records = data.records
     try:
         codec = target_codec(config.compression_type)
@@ -144,13 +148,16 @@ def _append(
         info = partition.log.append_as_leader(records, leader_epoch=state.leader_epoch, now_ms=now_ms)
     except MqError as err:
         node.stats.produce_failed(tp.topic)
-        return ProducePartitionResponse(tp.partition, err.code, error_message=err.message), None
-    node.stats.produced(tp.topic, info.record_count, info.size_bytes)
-    node.appended(partition, now_ms=now_ms)
+        return ProducePartitionResponse(tp.partition, err.code, error_message=err.message), None, -1
+    if info.duplicate:
+        node.stats.duplicate_produced(tp.topic)
+    else:
+        node.stats.produced(tp.topic, info.record_count, info.size_bytes)
+        node.appended(partition, now_ms=now_ms)
     return ProducePartitionResponse(
         tp.partition, ErrorCode.NONE, info.first_offset, info.log_append_time_ms,
         partition.log_start_offset,
-    ), partition
+    ), partition, info.last_offset + 1
 
 
 def refuse_writes(tp: TopicPartition, mirror_source_region: str, *, truncating: bool) -> tuple[ErrorCode, str] | None:

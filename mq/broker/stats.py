@@ -15,6 +15,7 @@ class TopicStats:
     records_out: int = 0
     bytes_out: int = 0
     produce_errors: int = 0
+    duplicate_batches: int = 0  # idempotent retries answered with their original offsets
     truncated_committed_offsets: int = 0  # offsets below the high watermark lost to unclean elections
 
 
@@ -32,6 +33,9 @@ class BrokerStats:
         stats = self._topic(topic)
         stats.records_in += records
         stats.bytes_in += size_bytes
+
+    def duplicate_produced(self, topic: str) -> None:
+        self._topic(topic).duplicate_batches += 1
 
     def produce_failed(self, topic: str) -> None:
         self._topic(topic).produce_errors += 1

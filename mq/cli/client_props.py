@@ -127,6 +127,7 @@ PRODUCER_PROPERTIES = {p.name: p for p in (
     Property("request.timeout.ms", "request_timeout_ms", _int),
     Property("max.request.size", "max_request_size", _int),
     Property("metadata.max.age.ms", "metadata_max_age_ms", _int),
+    Property("enable.idempotence", "enable_idempotence", _bool),
 )}
 
 _ELSEWHERE = {"bootstrap.servers": "use --bootstrap-server HOST:PORT"}

@@ -185,7 +185,17 @@ _TIME_INDEX = obj("a time index entry", ("valid",), type=STR("time_index_entry",
                   timestamp=INT("epoch ms"), offset=INT("offset"), valid=BOOL("names a batch of the .log"))
 _ERROR = obj("an unreadable tail (always last)", ("position",), type=STR("error", const="error"),
              position=INT("byte position"), message=STR("what is wrong"), valid=BOOL("false"))
-DUMP_LOG = {"description": "one entry (one line)", "oneOf": [_BATCH, _INDEX, _TIME_INDEX, _ERROR]}
+_PRODUCER = obj(
+    "an idempotent producer in a .snapshot file", type=STR("producer", const="producer"),
+    producer_id=INT("producer id"), producer_epoch=INT("its epoch"),
+    last_sequence=INT("sequence of its last record (-1: none)"), last_offset=INT("offset of its last record"),
+    last_timestamp=INT("max timestamp of its last batch, epoch ms (expiry counts from it)"),
+    current_txn_first_offset=INT("first offset of its open transaction (-1: none)"),
+    batches=arr(obj("a remembered batch (a retry of it is answered with these offsets)",
+                    first_sequence=INT("first sequence"), last_sequence=INT("last sequence"),
+                    first_offset=INT("first offset"), last_offset=INT("last offset")),
+                "its last batches (at most 5), oldest first"))
+DUMP_LOG = {"description": "one entry (one line)", "oneOf": [_BATCH, _INDEX, _TIME_INDEX, _PRODUCER, _ERROR]}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from mq.client.internals.accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
+from mq.client.internals.idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceManager
 from mq.client.internals.partitioner import KeyPartitioner, StickyPartitioner
 from mq.client.internals.sender import RetryPolicy
 from mq.client.results import PendingRecordFuture, RecordFuture, RecordMetadataList
@@ -87,6 +88,19 @@ def _acks(acks: int | str) -> int:
     raise MqError(ErrorCode.INVALID_CONFIG, f"acks must be 0, 1 or 'all', not {acks!r}")
 
 
+def _idempotence(enable: bool | None, acks: int, retries: int, max_in_flight: int) -> bool:
+    conflicts = [text for bad, text in (
+        (acks != Acks.ALL, f"acks={acks} (needs 'all')"), (retries <= 0, f"retries={retries} (needs > 0)"),
+        (max_in_flight > MAX_IN_FLIGHT_PER_PARTITION,
+         f"max_in_flight={max_in_flight} (needs <= {MAX_IN_FLIGHT_PER_PARTITION})"),
+    ) if bad]
+    if enable is None:
+        return not conflicts
+    if enable and conflicts:
+        raise MqError(ErrorCode.INVALID_CONFIG, "enable_idempotence=True conflicts with " + ", ".join(conflicts))
+    return enable
+
+
 class Producer:
     def __init__(self, bootstrap: str = "localhost:9092", *, acks: int | str = 1,
                  linger_ms: int = 5, batch_size: int = 64 * KIB, buffer_memory: int = 32 * MIB,
@@ -97,7 +111,12 @@ class Producer:
                  client_id: str = "mq-producer", clock: Clock | None = None,
                  seed: int | None = None, address_map: Mapping[str, str] | None = None,
                  hlc: str = "auto", hlc_clock: HybridLogicalClock | None = None,
-                 home_bootstraps: Mapping[str, str] | None = None) -> None:
+                 home_bootstraps: Mapping[str, str] | None = None,
+                 enable_idempotence: bool | None = None) -> None:
+        """``enable_idempotence``: None (the default) turns it on whenever the settings
+        allow it, as Kafka 3.x does: ``acks="all"``, ``retries`` > 0 and
+        ``max_in_flight`` <= 5; True insists (INVALID_CONFIG if they conflict); False
+        keeps the plain producer (retries may then duplicate records)."""
         # Everything but the cluster to talk to: what a producer for another region
         # (home-region routing) is built with.
         self._settings = {k: v for k, v in locals().items()
@@ -114,6 +133,8 @@ class Producer:
             raise MqError(ErrorCode.INVALID_CONFIG,
                           f"compression must be none, gzip, lz4 or zstd, not {compression!r}") from None
         self.acks = _acks(acks)
+        self.idempotent = _idempotence(enable_idempotence, self.acks, retries, max_in_flight)
+        self.idempotence = IdempotenceManager() if self.idempotent else None
         self.max_block_ms = max_block_ms
         self.batch_size = batch_size
         self.cluster = ClusterClient(bootstrap, client_id=client_id,
@@ -125,8 +146,10 @@ class Producer:
             batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory,
             compression=codec, delivery_timeout_ms=delivery_timeout_ms,
             retry_backoff_ms=retry_backoff_ms, future_factory=self._new_batch_future)
+        self.accumulator.idempotence = self.idempotence
         self.sender = Sender(self.cluster, self.accumulator,
-                             RetryPolicy(retries=retries, delivery_timeout_ms=delivery_timeout_ms),
+                             RetryPolicy(retries=retries, delivery_timeout_ms=delivery_timeout_ms,
+                                         idempotence=self.idempotence),
                              acks=self.acks, max_in_flight=max_in_flight,
                              max_request_size=max_request_size,
                              request_timeout_ms=request_timeout_ms,
@@ -534,9 +557,14 @@ class Producer:
 
     @property
     def metrics(self) -> dict[str, Any]:
+        idempotence = self.idempotence
         return {"available_memory": self.accumulator.available_memory,
                 "buffer_memory": self.accumulator.buffer_memory,
-                "waiting_for_buffer": len(self._blocked), **self.sender.stats}
+                "waiting_for_buffer": len(self._blocked), **self.sender.stats,
+                "idempotent": self.idempotent,
+                "producer_id": -1 if idempotence is None else idempotence.producer_id,
+                "producer_epoch": -1 if idempotence is None else idempotence.producer_epoch,
+                "epoch_bumps": 0 if idempotence is None else idempotence.epoch_bumps}
 
 
 __all__ = ["Producer", "RecordFuture", "RecordMetadata"]

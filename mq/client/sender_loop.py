@@ -23,6 +23,7 @@ from mq.client.internals.sender import ProduceOutcome, RetryPolicy, build_produc
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
 from mq.protocol.batch_builder import EMPTY_BATCH_SIZE, columns_of, record_sizes
+from mq.protocol.producer_messages import InitProducerIdRequest
 from mq.protocol.record_batch import BatchBuilder
 
 log = logging.getLogger("mq.client")
@@ -43,6 +44,8 @@ class Sender:
         self.request_timeout_ms = request_timeout_ms
         self.on_memory_freed = on_memory_freed
         self.in_flight: dict[ProducerBatch, None] = {}
+        self.idempotence = policy.idempotence
+        self._init_task: asyncio.Task | None = None
         self.stats = {"requests": 0, "batches": 0, "retries": 0, "failed_batches": 0}
         self._task: asyncio.Task | None = None
         self._event: asyncio.Event | None = None
@@ -100,6 +103,11 @@ class Sender:
                 f"delivery_timeout_ms={acc.delivery_timeout_ms}")) for b in expired]), now)
         if md.topics and md.time_to_next_update_ms(now) == 0:
             cluster.refresh_in_background()
+        idempotence = self.idempotence
+        if idempotence is not None:
+            idempotence.maybe_bump_epoch()
+            if not idempotence.has_producer_id and acc.has_undrained():
+                self._ensure_producer_id()
         nodes, next_ms, unknown = acc.ready(now, md.leader_for)
         sleep_ms = IDLE_CHECK_MS if next_ms is None else min(next_ms, IDLE_CHECK_MS)
         if unknown:
@@ -137,6 +145,7 @@ class Sender:
         try:
             fut = conn.send(request, expect_response=self.acks != 0)
         except MqError as exc:
+            self._done(batches)
             self._apply(self.policy.on_failure(batches, exc, now), now)
             return
         if fut is None:
@@ -146,9 +155,15 @@ class Sender:
             self.in_flight[batch] = None
         fut.add_done_callback(lambda f: self._on_answer(f, batches))
 
+    def _done(self, batches: list[ProducerBatch]) -> None:
+        if self.idempotence is not None:
+            for batch in batches:
+                self.idempotence.on_done(batch)
+
     def _on_answer(self, fut: asyncio.Future, batches: list[ProducerBatch]) -> None:
         for batch in batches:
             self.in_flight.pop(batch, None)
+        self._done(batches)
         now = self.cluster.now_ms()
         if fut.cancelled():
             outcome = self.policy.on_failure(
@@ -165,12 +180,17 @@ class Sender:
     def _apply(self, outcome: ProduceOutcome, now: int) -> None:
         acc = self.accumulator
         freed = False
+        idempotence = self.idempotence
         for batch, base, log_append_time in outcome.completed:
+            if idempotence is not None:
+                idempotence.on_acked(batch)
             acc.deallocate(batch)
             freed = True
             if not batch.future.done():  # type: ignore[attr-defined]
                 batch.future.set_result((base, log_append_time))  # type: ignore[attr-defined]
         for batch, error in outcome.failed:
+            if idempotence is not None:
+                idempotence.on_failed(batch)
             acc.deallocate(batch)
             freed = True
             self.stats["failed_batches"] += 1
@@ -188,6 +208,42 @@ class Sender:
             self.on_memory_freed()
             if self._memory_event is not None:
                 self._memory_event.set()
+
+    # ------------------------------------------------------------------ producer id
+
+    def _ensure_producer_id(self) -> None:
+        if self._init_task is None or self._init_task.done():
+            self._init_task = asyncio.get_running_loop().create_task(self._init_producer_id())
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId from any broker, retried with backoff; batches wait meanwhile."""
+        idempotence = self.idempotence
+        assert idempotence is not None
+        backoff_s = self.cluster.metadata.retry_backoff_ms / 1000
+        while not self._stopping and not idempotence.has_producer_id:
+            try:
+                response = await self.cluster.request_any(InitProducerIdRequest())
+                code = ErrorCode(response.error_code)  # type: ignore[attr-defined]
+                if code == ErrorCode.NONE:
+                    idempotence.set_producer_id(response.producer_id, response.producer_epoch)  # type: ignore[attr-defined]
+                    log.info("event=producer_id producer_id=%s epoch=%s", idempotence.producer_id,
+                             idempotence.producer_epoch)
+                    break
+                error = MqError(code, response.error_message)  # type: ignore[attr-defined]
+            except MqError as exc:
+                error = exc
+            except OSError as exc:
+                error = MqError(ErrorCode.NETWORK_EXCEPTION, str(exc))
+            if not error.code.retriable and error.code != ErrorCode.NETWORK_EXCEPTION:
+                log.warning("event=init_producer_id_failed error=%s", error)
+                self._fail_queued(MqError(error.code, f"InitProducerId failed ({error.message}); an "
+                                          "older broker? Use enable_idempotence=False"))
+            await asyncio.sleep(backoff_s)
+        self.wakeup()
+
+    def _fail_queued(self, error: MqError) -> None:
+        self._apply(ProduceOutcome(failed=[(b, error) for b in self.accumulator.abort_all()]),
+                    self.cluster.now_ms())
 
     def _fail_everything(self, error: MqError) -> None:
         batches = self.accumulator.abort_all() + list(self.in_flight)
@@ -265,6 +321,8 @@ class Sender:
     async def stop(self) -> None:
         self._stopping = True
         self.accumulator.closing = True
+        if self._init_task is not None:
+            self._init_task.cancel()
         if self._task is None:
             return
         leftovers = self.accumulator.abort_all() + list(self.in_flight)

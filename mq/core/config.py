@@ -249,6 +249,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("log.flush.policy", FlushPolicy, FlushPolicy.REPLICATED, "replicated (no fsync before ack) or always (group-commit fsync before ack).", _enum_check(FlushPolicy)),
     _key("log.retention.check.interval.ms", int, 5 * 60 * 1000, "How often retention runs.", _at_least(1)),
     _key("log.flush.offset.checkpoint.interval.ms", int, 60 * 1000, "How often the recovery point is checkpointed.", _at_least(1)),
+    _key("producer.id.expiration.ms", int, DAY_MS, "A partition forgets an idempotent producer that wrote nothing to it for this long (by the batches' timestamps); its next batch must then start at sequence 0 (else UNKNOWN_PRODUCER_ID, and the producer bumps its epoch).", _at_least(1)),
+    _key("producer.id.expiration.check.interval.ms", int, 10 * 60 * 1000, "How often partitions drop expired producer ids.", _at_least(1)),
     _key("socket.request.max.bytes", int, 100 * MIB, "Largest frame accepted from an authenticated client.", _at_least(1024)),
     _key("socket.request.max.bytes.preauth", int, 512 * 1024, "Largest frame before authentication.", _at_least(1024)),
     _key("connections.max.idle.ms", int, 10 * 60 * 1000, "Close a connection idle this long.", _at_least(1)),
@@ -304,6 +306,8 @@ class BrokerConfig:
     log_flush_policy: FlushPolicy = FlushPolicy.REPLICATED
     log_retention_check_interval_ms: int = 5 * 60 * 1000
     log_flush_offset_checkpoint_interval_ms: int = 60 * 1000
+    producer_id_expiration_ms: int = DAY_MS
+    producer_id_expiration_check_interval_ms: int = 10 * 60 * 1000
     socket_request_max_bytes: int = 100 * MIB
     socket_request_max_bytes_preauth: int = 512 * 1024
     connections_max_idle_ms: int = 10 * 60 * 1000

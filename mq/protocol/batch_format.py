@@ -169,6 +169,12 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
         return crc32c.crc32c(view[pos + CRC_START : pos + size])
 
 
+def checksum(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C of ``data``: for other stored files (producer-state snapshots) that
+    cannot import the codec themselves."""
+    return crc32c.crc32c(data)
+
+
 def crc_ok(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
     return len(buf) - pos >= header.size and compute_crc(buf, pos, header.size) == header.crc
 
@@ -181,6 +187,22 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Stamp the leader epoch in place; the CRC stays valid."""
     _I32.pack_into(buf, pos + LEADER_EPOCH_AT, epoch)
+
+
+PRODUCER_AT = 43
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+
+
+def with_producer_state(batch: bytes | bytearray | memoryview, producer_id: int, producer_epoch: int,
+                        base_sequence: int) -> bytes:
+    """A copy of one whole batch stamped with an idempotent producer's id, epoch and
+    base sequence (inside the CRC'd range, so the CRC is recomputed). The producer
+    stamps a batch when it first sends it, and again after an epoch bump."""
+    data = bytearray(batch)
+    _PRODUCER.pack_into(data, PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    (batch_length,) = _I32.unpack_from(data, BATCH_LENGTH_AT)
+    _U32.pack_into(data, CRC_AT, compute_crc(data, 0, batch_length + LOG_OVERHEAD))
+    return bytes(data)
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:

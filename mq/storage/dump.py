@@ -7,6 +7,9 @@ A tail that cannot be parsed ends the dump with ``{"type": "error", "valid": Fal
 ``.index`` / ``.timeindex``: one dict per entry, checked against the ``.log`` next
 to it when there is one (``"valid"`` false if the entry points at no batch ending
 there, or breaks the order).
+``.snapshot`` (producer state, ``mq.storage.producer_snapshot``): one
+``{"type": "producer", ...}`` per producer id with its epoch, last sequence and offset,
+open transaction and cached batches; a damaged file gives ``{"type": "error"}``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from mq.core.errors import ErrorCode, MqError
 from mq.protocol.errors import ProtocolError
 from mq.protocol.record_batch import HEADER_SIZE, BatchHeader, crc_ok, decode_records, read_header
 from mq.storage.fileio import FileIO
+from mq.storage.producer_snapshot import SNAPSHOT_SUFFIX, SnapshotError, read_snapshot
 from mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 
 CHUNK = 8 * 1024 * 1024
@@ -32,19 +36,38 @@ def dump_segment(fileio: FileIO, path: str, *, decode: bool = False) -> Iterator
     if not fileio.exists(path):
         raise MqError(ErrorCode.INVALID_REQUEST, f"{path}: no such file")
     name = posixpath.basename(path)
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX):
         stem = name[: -len(suffix)]
         if name.endswith(suffix) and len(stem) == 20 and stem.isdigit():
             break
     else:
         raise MqError(
             ErrorCode.INVALID_REQUEST,
-            f"{path}: not a segment file (expected <20-digit offset>.log, .index or .timeindex)",
+            f"{path}: not a segment file (expected <20-digit offset>.log, .index, .timeindex or .snapshot)",
         )
     base_offset = int(stem)
+    if suffix == SNAPSHOT_SUFFIX:
+        return _dump_snapshot(fileio, posixpath.dirname(path), base_offset)
     if suffix == LOG_SUFFIX:
         return _dump_log(fileio, path, decode=decode)
     return _dump_index(fileio, path, suffix, base_offset)
+
+
+def _dump_snapshot(fileio: FileIO, directory: str, offset: int) -> Iterator[dict[str, Any]]:
+    try:
+        snapshot = read_snapshot(fileio, directory, offset)
+    except SnapshotError as exc:
+        yield {"type": "error", "valid": False, "message": f"{exc} (the broker ignores this snapshot and "
+                                                         "rebuilds the state from an older one and the log)"}
+        return
+    for e in snapshot.entries:
+        yield {
+            "type": "producer", "producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+            "last_sequence": e.last_seq, "last_offset": e.last_offset, "last_timestamp": e.last_timestamp_ms,
+            "current_txn_first_offset": e.current_txn_first_offset,
+            "batches": [{"first_sequence": b.first_seq, "last_sequence": b.last_seq,
+                         "first_offset": b.first_offset, "last_offset": b.last_offset} for b in e.batches],
+        }
 
 
 def _batches(fileio: FileIO, path: str) -> Iterator[tuple[int, BatchHeader | None, bytes | str]]:

@@ -31,10 +31,13 @@ from mq.core import failpoints
 from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, CleanupPolicy
+from mq.protocol.record_batch import read_header
 from mq.storage.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, write_checkpoint
 from mq.storage.cleaner_checkpoint import truncate_cleaner_checkpoint
 from mq.storage.fileio import FileIO
 from mq.storage.loader import load_log
+from mq.storage.producer_snapshot import delete_snapshots, rebuild_producer_state, write_snapshot
+from mq.storage.producer_state import ProducerStateManager
 from mq.storage.segment import LogCorruptedError, LogSegment
 from mq.storage.swap import swap_in
 from mq.storage.validator import (
@@ -104,6 +107,10 @@ class Log:
         # (base offset, size) of the active segment when it and its indexes were last
         # fsynced in full; ``close`` skips the fsync when it has not changed.
         self._active_synced: tuple[int, int] | None = None
+        # Idempotence (``mq.storage.producer_state``): kept by every replica from the
+        # batches it appends; snapshotted beside each rolled segment and on close.
+        self.producer_state = ProducerStateManager()
+        self._snapshot_offset = -1  # offset of the snapshot file matching the state
 
     @classmethod
     def open(
@@ -121,6 +128,10 @@ class Log:
             fileio, directory, config, loaded.segments,
             log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
         )
+        try:
+            log._rebuild_producer_state()
+        except OSError as exc:
+            raise MqError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot load producer state of {directory}: {exc}") from exc
         log.bytes_truncated_on_open = loaded.bytes_truncated
         log.segments_recovered_on_open = loaded.segments_recovered
         # A missing or unreadable checkpoint reads as 0 (re-read everything / no offsets
@@ -141,8 +152,17 @@ class Log:
 
     def update_config(self, config: TopicConfig) -> None:
         """New settings apply to segments created from now on, and at once to roll,
-        retention, validation and flush decisions."""
+        retention, validation and flush decisions. A mirror topic promoted to a
+        writable one starts its producer state empty (below)."""
+        was_mirror = bool(self._config.mirror_source_region)
         self._config = config
+        if was_mirror and not config.mirror_source_region and self._failure is None:
+            self.producer_state.clear(self.log_end_offset)
+            self._snapshot_offset = -1
+            try:
+                self._write_producer_snapshot(self.log_end_offset)
+            except OSError as exc:
+                self._failure = f"update_config: {exc}"
 
     @property
     def log_start_offset(self) -> int:
@@ -189,24 +209,65 @@ class Log:
             return True
         return cfg.flush_ms >= 0 and now_ms - (self._first_unflushed_ms or now_ms) >= cfg.flush_ms
 
+    @property
+    def _tracks_producers(self) -> bool:
+        """A mirror topic holds another region's batches, whose producer ids are that
+        region's (they may equal ids of this region): it keeps no producer state, so a
+        promoted mirror never mistakes a local producer for a remote one."""
+        return not self._config.mirror_source_region
+
+    def _rebuild_producer_state(self) -> None:
+        if not self._tracks_producers:
+            self.producer_state.clear(self.log_end_offset)
+            return
+        self._snapshot_offset = rebuild_producer_state(
+            self.producer_state, self.fileio, self.directory, self._segments,
+            log_start_offset=self._log_start_offset, log_end_offset=self.log_end_offset)
+
+    @_storage_errors
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers silent longer than ``expiration_ms`` (producer.id.expiration.ms)."""
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
+
     # ---- appending
 
     @_storage_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
     ) -> LogAppendInfo:
+        """Validate, check idempotent producers' sequences (``MqError`` for a gap, a
+        stale epoch, an unknown producer), assign offsets, append. A retry of batches
+        already appended appends nothing: the answer has their original offsets and
+        ``duplicate`` set."""
         validated = validate_as_leader(
             records, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
             config=self._config,
         )
+        data = validated.data
+        headers = [read_header(data, pos) for pos, _, _, _ in validated.batches]
+        duplicate = self.producer_state.check_leader_append(headers)
+        if duplicate is not None:
+            info = validated.info
+            return LogAppendInfo(
+                duplicate.first_offset, duplicate.last_offset, duplicate.timestamp_ms,
+                duplicate.timestamp_ms if info.log_append_time_ms != NO_TIMESTAMP else NO_TIMESTAMP,
+                info.record_count, 0, duplicate=True)
         self._append(validated, now_ms)
+        self.producer_state.update_all(headers)
         return validated.info
 
     @_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> LogAppendInfo:
         validated = validate_as_follower(records, log_end_offset=self.log_end_offset)
         self._append(validated, now_ms)
+        self._update_producers(validated)
         return validated.info
+
+    def _update_producers(self, validated: ValidatedRecords) -> None:
+        if not self._tracks_producers:
+            return
+        data = validated.data
+        self.producer_state.update_all(read_header(data, pos) for pos, _, _, _ in validated.batches)
 
     @_storage_errors
     def append_as_mirror(
@@ -218,6 +279,7 @@ class Log:
         validated = validate_as_mirror(records, log_end_offset=self.log_end_offset, leader_epoch=leader_epoch,
                                        max_message_bytes=self._config.max_message_bytes, holes=holes)
         self._append(validated, now_ms)
+        self._update_producers(validated)
         return validated.info
 
     def _append(self, validated: ValidatedRecords, now_ms: int) -> None:
@@ -241,6 +303,15 @@ class Log:
         segment is empty)."""
         return self._roll_to(self.log_end_offset, now_ms)
 
+    def _write_producer_snapshot(self, offset: int) -> None:
+        """The producer state as of ``offset`` (every batch below it) beside the
+        segment starting there, as Kafka does at each roll."""
+        if self._snapshot_offset == offset:
+            return
+        write_snapshot(self.fileio, self.directory, offset, self.producer_state.entries)
+        self._snapshot_offset = offset
+        self._dir_dirty = True
+
     def _roll_to(self, base_offset: int, now_ms: int) -> LogSegment:
         active = self._segments[-1]
         if active.size == 0:
@@ -255,6 +326,7 @@ class Log:
             # recovery opens is no longer a prefix of what was written (a gap that
             # ``flush`` then declares durable). One fsync per roll buys the order.
             self._fsync_segment(active)
+            self._write_producer_snapshot(base_offset)
         segment = LogSegment.create(self.fileio, self.directory, base_offset, self._config, now_ms=now_ms)
         self._segments.append(segment)
         self._dir_dirty = True
@@ -334,6 +406,7 @@ class Log:
         self._fsync_segment(active)
         self._dir_dirty = True
         self._after_truncation()
+        self._rebuild_producer_state()
 
     @_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -358,6 +431,9 @@ class Log:
         self._recovery_point = offset
         self._dir_dirty = True
         self._after_truncation()
+        delete_snapshots(self.fileio, self.directory, above=-1)
+        self.producer_state.clear(offset)
+        self._snapshot_offset = -1
 
     def _after_truncation(self) -> None:
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
@@ -440,6 +516,8 @@ class Log:
             segment.delete()
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self._dir_dirty = True
+        self.producer_state.truncate_head(self._log_start_offset)
+        delete_snapshots(self.fileio, self.directory, below=self._log_start_offset)
         return len(doomed)
 
     @_storage_errors
@@ -534,6 +612,9 @@ class Log:
                 if self._active_synced != (active.base_offset, active.size):
                     self._fsync_segment(active)
                     self._active_synced = (active.base_offset, active.size)
+                if self.log_end_offset > max(self._snapshot_offset, self._log_start_offset):
+                    self._write_producer_snapshot(self.log_end_offset)  # a restart replays nothing
+                    self.fileio.fsync_dir(self.directory)
                 self.checkpoint()
         except OSError as exc:
             self._failure = f"close: {exc}"

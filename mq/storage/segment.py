@@ -273,6 +273,18 @@ class LogSegment:
             raise LogCorruptedError(self.log_path, scan.end, scan.problem)
         return None
 
+    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches whose last offset is ≥ ``offset``, in order (a hop
+        over headers, no CRC check: rebuilding producer state from the log)."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return
+        scan = ScanResult()
+        for _pos, header in self._scan(found[0], scan, check_crc=False):
+            yield header
+        if scan.problem is not None:
+            raise LogCorruptedError(self.log_path, scan.end, scan.problem)
+
     # ---- appending
 
     def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]]) -> None:

@@ -42,6 +42,9 @@ class LogAppendInfo:
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     record_count: int
     size_bytes: int
+    duplicate: bool = False
+    """An idempotent producer's retry of batches already in the log: nothing was
+    appended; the offsets are the original ones."""
 
 
 @dataclass(slots=True)

@@ -394,7 +394,7 @@ class GroupOutcome:
         assert not self.member_errors, f"{ctx}: members failed:\n" + "\n".join(self.member_errors)
         assert not self.observed_regressions, \
             f"{ctx}: committed offsets went back (OffsetFetch): {self.observed_regressions[:10]}"
-        self.log.assert_ok(allow_fault_duplicates=True)
+        self.log.assert_ok()  # idempotent producers: no duplicates
         try:
             self.group.assert_ok()
         except AssertionError as err:

@@ -6,7 +6,7 @@ views, and the closing phase (heal everything, drain, check, print the counts).
         workload = run.workload()
         ...faults through run.region / run.nemesis / run.region.proxy...
         result = run.finish(workload)
-    result.assert_ok(allow_fault_duplicates=True)
+    result.assert_ok()
 
 A run prints ``MQ_SEED=<seed>`` and the history path first, so a failing test's
 captured output always says how to replay it (docs/how-to/run-the-chaos-suite.md).

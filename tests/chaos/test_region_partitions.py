@@ -70,7 +70,7 @@ def _r04(tmp_path, *, rounds: int, isolated_s: float) -> None:
         slow = [e for e in elections if e is None or e > R4_NEW_LEADER_MS]
         assert not slow, f"{context}: new leader on the majority after {elections} ms"
         assert not run.monitor.split_brain(), f"{context}: {run.monitor.split_brain()}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -157,7 +157,7 @@ def test_r05_followers_partitioned_then_the_leader_dies(tmp_path):
         assert not acks_below_min, f"{context}: acked while ISR < min: {acks_below_min[:5]}"
         assert not unclean, f"{context}: unclean election: {unclean[:5]}"
         assert not run.monitor.split_brain(), f"{context}: {run.monitor.split_brain()}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -213,7 +213,7 @@ def test_r12_zombie_leader_is_fenced(tmp_path):
         assert set(outcomes["fetch@zombie(new)"]) <= {ErrorCode.UNKNOWN_LEADER_EPOCH,
                                                       ErrorCode.NOT_LEADER}, f"{context}: {outcomes}"
         assert not run.monitor.split_brain(), f"{context}: {run.monitor.split_brain()}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -363,7 +363,7 @@ def _r14(tmp_path, *, rounds: int | None, hold_s: float, healed_s: float) -> Non
         context = run.context
         assert not slow, f"{context}: leaders not on the majority within {R14_NEW_LEADER_MS} ms: {slow}"
         assert not run.monitor.split_brain(), f"{context}: {run.monitor.split_brain()}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 

@@ -7,9 +7,11 @@ every partition from offset 0 and check the history. The checker's counts are
 printed (run with ``-s`` to see them on success); a failure prints the seed and the
 history path.
 
-Idempotence is not on (a later issue), so a producer retry after a fault may append
-a batch twice: duplicates are counted and printed, and each one must come from a
-send that was in flight during a fault window (``unexplained_duplicates`` = 0).
+The producers are idempotent (on by default with acks=all), so a retry after a
+fault never appends a batch twice: duplicates must be 0 too. Only R7 under flush
+policy ``replicated`` may lose acknowledged batches, and with them the partition's
+producer state; a producer that then bumps its epoch may resend a batch that did
+survive, so there duplicates stay allowed (each from a send in flight during a fault).
 Everything else is 0, except where a row of the catalogue says loss is measured.
 """
 
@@ -57,7 +59,7 @@ def _r01(tmp_path, *, kills: int, every_s: float, down_s: float, min_acked: int)
         late = {at: gap for at, gap in gaps.items() if gap is None or gap > R1_FIRST_ACK_MS}
         assert not late, f"{context}: no ack on p0 within {R1_FIRST_ACK_MS} ms of kills {late}"
         assert not split, f"{context}: split brain {split}"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates either
         run.assert_no_tracebacks()
 
 
@@ -109,7 +111,7 @@ def _r02(tmp_path, *, terminations: int) -> None:
         assert not still_leading, f"{context}: leadership not moved before exit: {still_leading}"
         assert not long_gaps, f"{context}: partitions leaderless too long: {long_gaps}"
         assert not run.monitor.split_brain(), context
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -155,7 +157,7 @@ def _r03(tmp_path, *, cycles: int, pause_s: float, every_s: float) -> None:
         assert not acked_by_zombie, f"{context}: resumed old leader acknowledged {acked_by_zombie}"
         assert not run.monitor.split_brain(), f"{context}: {run.monitor.split_brain()}"
         assert result.faults == cycles, context
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -206,7 +208,7 @@ def _r06(tmp_path, *, rounds: int, pause_s: float) -> None:
         assert not bad, f"{context}: a leader outside its ISR: {bad[:5]}"
         assert not run.monitor.split_brain(), f"{context}: split brain {run.monitor.split_brain()}"
         assert result.acked >= 2_000, f"{context}: only {result.acked} acks"
-        result.assert_ok(allow_fault_duplicates=True)
+        result.assert_ok()  # idempotent producers: no duplicates
         run.assert_no_tracebacks()
 
 
@@ -252,7 +254,7 @@ def _r07(tmp_path, policy: str, *, rounds: int, every_s: float) -> None:
         assert result.faults == rounds, context
         assert result.acked >= 1_000, f"{context}: only {result.acked} acks"
         if policy == "always":
-            result.assert_ok(allow_fault_duplicates=True)
+            result.assert_ok()  # idempotent producers: no duplicates
         else:  # a measurement, never a promise; everything else still holds
             result.assert_ok(allow_lost=True, allow_fault_duplicates=True)
         run.assert_no_tracebacks()

@@ -65,3 +65,21 @@ def test_tiny_benchmark_prints_results_ratios_and_summaries() -> None:
             assert runs[("P5", system, operation)]["records"] == 2000
         for ratio in (f"mq P1b produce / {system} produce", f"mq P2 consume / {system} consume"):
             assert ratios[ratio]["median_ratio"] > 0 and len(ratios[ratio]["per_run"]) == 1
+
+
+def test_tiny_idempotence_benchmark_compares_plain_and_idempotent() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench", "--only", "P1-idem,P1b-idem", "--records", "2000", "--runs", "2",
+         "--chunk-records", "500"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    runs = [x for x in lines if "rec_per_s" in x]
+    assert {(x["workload"], x["system"], x["settings"]["idempotent"]) for x in runs} == {
+        ("P1-idem", "mq-plain", False), ("P1-idem", "mq-idempotent", True),
+        ("P1b-idem", "mq-plain", False), ("P1b-idem", "mq-idempotent", True)}
+    assert all(x["records"] == 2000 and x["settings"]["acks"] == "all" for x in runs)
+    ratios = {x["workload"]: x for x in lines if x.get("ratio") == "idempotent / plain produce (acks=all)"}
+    assert set(ratios) == {"P1-idem", "P1b-idem"}
+    assert all(len(r["per_run"]) == 2 and r["median_ratio"] > 0 for r in ratios.values())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import CompressionType, TopicPartition
@@ -40,6 +41,11 @@ def record_cost(key: bytes | None, value: bytes | None, headers: Headers) -> int
     return cost
 
 
+def _seq_after(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes after ``b`` (sequences wrap at 2**31)."""
+    return 0 < (a - b) % 2**31 < 2**30
+
+
 class ProducerBatch:
     """Records for one partition, sent and acknowledged together.
 
@@ -51,12 +57,14 @@ class ProducerBatch:
     __slots__ = (
         "append",
         "attempts",
+        "base_sequence",
         "builder",
         "closed",
         "created_ms",
         "estimated_size",
         "future",
         "payload",
+        "producer_epoch",
         "record_count",
         "reserved_bytes",
         "retry_at_ms",
@@ -77,6 +85,8 @@ class ProducerBatch:
         self.payload: bytes | None = None
         self.closed = False
         self.append = builder.append if builder is not None else None  # bound: hot path
+        self.base_sequence = -1  # idempotence: stamped when first sent (-1: not yet)
+        self.producer_epoch = -1
 
     def close(self) -> bytes:
         """Stop appending and build the bytes (once)."""
@@ -127,6 +137,9 @@ class RecordAccumulator:
         self.retry_backoff_ms = retry_backoff_ms
         self.future_factory = future_factory
         self.queues: dict[TopicPartition, PartitionQueue] = {}
+        self.idempotence: Any = None
+        """An ``IdempotenceManager`` when the producer is idempotent: it gates and stamps
+        what ``drain`` takes (``mq.client.internals.idempotence``)."""
         self.flushing = False
         self.closing = False
 
@@ -228,6 +241,7 @@ class RecordAccumulator:
         it leads, oldest first, until ``max_request_size`` (at least one batch)."""
         drained: list[ProducerBatch] = []
         size = 0
+        idempotence = self.idempotence
         for tp, queue in self.queues.items():
             batches = queue.batches
             if not batches or leader_for(tp) != node:
@@ -236,21 +250,39 @@ class RecordAccumulator:
                 first = batches[0]
                 if first.retry_at_ms > now_ms:
                     break
+                if idempotence is not None and not idempotence.can_send(tp, first):
+                    break
                 if queue.open is first:
                     queue.open = None
                 payload = first.close()
                 if drained and size + len(payload) > max_request_size:
                     return drained
                 batches.popleft()
+                retry = first.attempts > 0
                 first.attempts += 1
+                if idempotence is not None:
+                    idempotence.stamp(first)
                 drained.append(first)
                 size += len(payload)
+                if idempotence is not None and retry:
+                    break  # a retry goes alone: the leader may answer it as a duplicate
         return drained
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
         """Put a batch that failed retriably back at the front of its queue, after backoff."""
         batch.retry_at_ms = now_ms + self.retry_backoff_ms
-        self.queue_for(batch.topic_partition).batches.appendleft(batch)
+        batches = self.queue_for(batch.topic_partition).batches
+        if batch.base_sequence < 0:
+            batches.appendleft(batch)
+            return
+        # Idempotent: answers of several in-flight requests come back in any order;
+        # the queue must stay in sequence order for the leader to accept the retries.
+        for i, queued in enumerate(batches):
+            if queued.base_sequence < 0 or queued.producer_epoch != batch.producer_epoch \
+                    or _seq_after(queued.base_sequence, batch.base_sequence):
+                batches.insert(i, batch)
+                return
+        batches.append(batch)
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """Give a completed batch's memory back."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mq.client.internals.accumulator import ProducerBatch
+from mq.client.internals.idempotence import IdempotenceManager
 from mq.client.internals.metadata import needs_metadata_refresh
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
@@ -55,9 +56,11 @@ def _code(code: int) -> ErrorCode:
 
 
 class RetryPolicy:
-    def __init__(self, *, retries: int, delivery_timeout_ms: int) -> None:
+    def __init__(self, *, retries: int, delivery_timeout_ms: int,
+                 idempotence: IdempotenceManager | None = None) -> None:
         self.retries = retries
         self.delivery_timeout_ms = delivery_timeout_ms
+        self.idempotence = idempotence
 
     def can_retry(self, batch: ProducerBatch, code: ErrorCode, now_ms: int) -> bool:
         return (code.retriable and batch.attempts <= self.retries
@@ -67,6 +70,13 @@ class RetryPolicy:
                        now_ms: int) -> None:
         if needs_metadata_refresh(error.code):
             outcome.refresh_metadata = True
+        verdict = None if self.idempotence is None else self.idempotence.should_retry(batch, error.code)
+        if verdict is not None:  # an idempotence error: retried whatever ``retries`` says
+            if verdict and now_ms - batch.created_ms < self.delivery_timeout_ms:
+                outcome.retry.append(batch)
+            else:
+                outcome.failed.append((batch, error))
+            return
         if self.can_retry(batch, error.code, now_ms):
             outcome.retry.append(batch)
         elif error.code.retriable and now_ms - batch.created_ms >= self.delivery_timeout_ms:

@@ -98,7 +98,7 @@ def test_producer_kwargs():
     (["produce"], "no topic to produce to"),
     (["produce", "a", "-t", "b"], "two topics"),
     (["produce", "a", "--property", "parse.key=maybe"], "use true or false"),
-    (["produce", "a", "--producer-property", "enable.idempotence=true"], "the accepted names are acks"),
+    (["produce", "a", "--producer-property", "partitioner.class=RoundRobin"], "the accepted names are acks"),
     (["produce", "a", "-z", "snappy"], "invalid choice"),
 ])
 def test_produce_usage_errors_need_no_broker(capsys, argv, words):

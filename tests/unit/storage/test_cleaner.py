@@ -116,14 +116,14 @@ def test_keyless_records_are_kept() -> None:
 def test_rewritten_batches_keep_producer_fields_epoch_timestamps_and_codec() -> None:
     log = open_compacted()
     data = build_batch([(b"a", b"1", (), NOW + 5), (b"b", b"2", (), NOW + 7), (b"a", b"3", (), NOW + 9)],
-                       producer_id=42, producer_epoch=3, base_sequence=10, compression=CompressionType.GZIP)
+                       producer_id=42, producer_epoch=3, base_sequence=0, compression=CompressionType.GZIP)
     log.append_as_leader(data, leader_epoch=6, now_ms=NOW)
     log.roll(NOW)
     _clean(log)
     stored = log.read(0, max_bytes=10_000).records
     (_, header), = list(iter_batches(stored))
     assert (header.base_offset, header.last_offset, header.record_count) == (0, 2, 2)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, 10)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, 0)
     assert header.partition_leader_epoch == 6 and header.compression == CompressionType.GZIP
     assert (header.first_timestamp, header.max_timestamp) == (NOW + 5, NOW + 9)
     assert [(r.offset, r.key, r.value, r.timestamp) for r in iter_records(stored)] == [

@@ -63,8 +63,10 @@ def test_close_without_change_writes_nothing() -> None:
     log = open_log(fs)
     log.append_as_leader(batch(5), leader_epoch=0, now_ms=NOW)
     log.close()
-    # Only the recovery point moved (0 → 5); a log start of 0 needs no file.
-    assert fs.counts["rename"] == 1
+    # The recovery point moved (0 → 5) and the producer state is snapshotted at the log
+    # end (a restart replays nothing); a log start of 0 needs no file.
+    assert fs.counts["rename"] == 2
+    assert fs.exists(f"{DIR}/{5:020d}.snapshot")
     assert read_checkpoint(fs, DIR, LOG_START_OFFSET_FILE) is None
     reopened = open_log(fs)
     fs.counts.clear()
