@@ -1,0 +1,117 @@
+"""Share groups against a real broker process: many members on one partition, acks,
+redelivery after a lock expires, dead letters, bad acknowledgements."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mq.client import Admin, Consumer, Producer
+from mq.client.share_consumer import ShareConsumer
+from mq.core.errors import ErrorCode
+from mq.core.types import TopicPartition
+from mq.protocol import share_messages as s
+
+CONFIGS = {"share.record.lock.duration.ms": "1500", "share.delivery.attempt.limit": "3",
+           "share.session.timeout.ms": "6000", "share.heartbeat.interval.ms": "500",
+           "offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "1"}
+
+
+@pytest.fixture
+def share_broker(broker_factory):
+    return broker_factory(CONFIGS)
+
+
+async def _produce(bootstrap: str, topic: str, n: int) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(topic, 1, 1)
+    async with Producer(bootstrap, acks="all") as p:
+        for i in range(n):
+            p.send(topic, f"v{i}".encode(), key=f"k{i}".encode())
+        await p.flush()
+
+
+async def read_partition(bootstrap: str, topic: str) -> list:
+    """Every record of partition 0, from offset 0: an independent reader."""
+    out: list = []
+    async with Consumer(bootstrap) as c:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek_to_beginning(TopicPartition(topic, 0))
+        empty = 0
+        while empty < 3:
+            records = await c.poll(timeout_ms=300)
+            out.extend(records)
+            empty = 0 if records else empty + 1
+    return out
+
+
+def test_members_share_one_partition_and_every_record_is_accepted_once(share_broker):
+    async def run() -> None:
+        b = share_broker.bootstrap
+        await _produce(b, "jobs", 300)
+        seen: dict[str, list[str]] = {}
+        consumers = [ShareConsumer(b, group_id="w", topics=["jobs"], auto_offset_reset="earliest",
+                                   max_poll_records=20, client_id=f"c{i}") for i in range(3)]
+        for c in consumers:
+            await c.start()
+
+        async def work(c: ShareConsumer) -> None:
+            idle = 0
+            while idle < 5:
+                records = await c.poll(timeout_ms=200)
+                idle = 0 if records else idle + 1
+                for r in records:
+                    seen.setdefault(r.value.decode(), []).append(c.member_id)
+                    c.acknowledge(r, "accept")
+                await asyncio.sleep(0)
+            await c.commit()
+
+        await asyncio.gather(*(work(c) for c in consumers))
+        assert sorted(seen) == sorted(f"v{i}" for i in range(300))
+        assert all(len(v) == 1 for v in seen.values())
+        assert len({m for v in seen.values() for m in v}) >= 2, "one partition, several members"
+        described = await _describe(consumers[0], "w")
+        part = described.partitions[0]
+        assert (part.start_offset, part.acquired, part.available) == (300, 0, 0)
+        for c in consumers:
+            await c.close()
+    asyncio.run(run())
+
+
+async def _describe(c: ShareConsumer, group: str) -> s.DescribedShareGroup:
+    response = await c._send(s.ShareGroupDescribeRequest([group]))
+    return response.groups[0]
+
+
+def test_release_and_lock_expiry_redeliver_then_reject_dead_letters(share_broker):
+    async def run() -> None:
+        b = share_broker.bootstrap
+        await _produce(b, "q", 3)
+        async with ShareConsumer(b, group_id="g", topics=["q"], auto_offset_reset="earliest",
+                                 acknowledgement_mode="explicit") as c:
+            first = await c.poll(timeout_ms=3000)
+            assert [(r.offset, r.delivery_count) for r in first] == [(0, 1), (1, 1), (2, 1)]
+            c.acknowledge(first[0], "accept")
+            c.acknowledge(first[1], "release")
+            c.acknowledge(first[2], "reject")
+            again = await c.poll(timeout_ms=3000)  # 1 redelivered; 2 dead-lettered (not returned)
+            assert [(r.offset, r.delivery_count) for r in again] == [(1, 2)]
+            # never acknowledged: the lock expires (1.5 s) and it comes back a third time
+            third = await c.poll(timeout_ms=4000)
+            assert [(r.offset, r.delivery_count) for r in third] == [(1, 3)]
+            c.acknowledge(third[0], "release")  # the last attempt: a dead letter now
+            assert await c.poll(timeout_ms=500) == []
+            await c.commit()
+            assert c.dead_letters_written == 2
+            bogus = await c._send(s.ShareAcknowledgeRequest("g", c.member_id, [s.PartitionAcknowledgements(
+                "q", 0, [s.AcknowledgementBatch(0, 0, 1)])]))
+            assert bogus.acknowledgements[0].error_code == ErrorCode.INVALID_RECORD_STATE
+            described = await _describe(c, "g")
+            assert described.partitions[0].start_offset == 3
+        dead = await read_partition(b, "g.dlq")
+        heads = [dict(r.headers) for r in dead]
+        assert sorted((h["mq.dlq.offset"], h["mq.dlq.reason"], h["mq.dlq.delivery.count"]) for h in heads) == [
+            (b"1", b"delivery attempts exhausted", b"3"), (b"2", b"rejected", b"1")]
+        assert {h["mq.dlq.topic"] for h in heads} == {b"q"} and {r.value for r in dead} == {b"v1", b"v2"}
+    asyncio.run(run())
