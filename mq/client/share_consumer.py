@@ -306,8 +306,15 @@ class ShareConsumer:
         await self._producer.flush()
         for future in futures:
             await future
-        for record, _ in dead:  # written: accept (archive) them
-            self._add_ack(TopicPartition(record.topic, record.partition), record.offset, record.offset, 1)
+        # Written: accept (archive) them now, not with the next poll, so a consumer that
+        # dies in between rarely leaves them to be written a second time.
+        acks: dict[TopicPartition, list[s.AcknowledgementBatch]] = {}
+        for record, _ in dead:
+            acks.setdefault(TopicPartition(record.topic, record.partition), []).append(
+                s.AcknowledgementBatch(record.offset, record.offset, 1))
+        response = await self._send(s.ShareAcknowledgeRequest(self.group_id, self.member_id, [
+            s.PartitionAcknowledgements(tp.topic, tp.partition, batches) for tp, batches in sorted(acks.items())]))
+        self._ack_results(getattr(response, "acknowledgements", []))
         self.dead_letters_written += len(dead)
         log.info("event=share_dead_letters_written group=%s count=%d topic=%s", self.group_id, len(dead),
                  self.dead_letter_topic)
