@@ -6,7 +6,7 @@ record accepted or dead-lettered at the end. A failing seed prints
 
 from __future__ import annotations
 
-import mq.coordinator.share_partition as share_partition
+from mq.coordinator import share_partition
 from mq.sim import run_seeds, seeds
 from mq.sim.scheduler import InvariantViolation
 from mq.sim.shares import ShareSimRun, share_schedule
