@@ -85,13 +85,14 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    async def fetch() -> Any:
+    async def fetch() -> tuple[Any, int]:
         async with _admin(args) as admin:
-            return await admin.describe_group(args.group)
+            return await admin.describe_group(args.group), admin.coordinator_id
 
-    g = asyncio.run(fetch())
+    g, coordinator = asyncio.run(fetch())
     if args.json:
         print_json({"group_id": g.group_id, "state": g.state, "group_epoch": g.group_epoch,
+                    "coordinator": coordinator,
                     "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
                                  "assignment": [[a.topic, a.partitions] for a in m.assignment]} for m in g.members],
                     "partitions": [{"topic": p.topic, "partition": p.partition, "start_offset": p.start_offset,
@@ -100,7 +101,8 @@ def run_describe(args: argparse.Namespace) -> int:
                                     "available": p.available, "acknowledged": p.acknowledged,
                                     "archived": p.archived, "dead_letters": p.dead_letters} for p in g.partitions]})
         return 0
-    console().print(f"share group {g.group_id}: {g.state}, epoch {g.group_epoch}, {len(g.members)} members")
+    console().print(f"share group {g.group_id}: {g.state}, epoch {g.group_epoch}, {len(g.members)} members, "
+                    f"coordinator broker {coordinator}")
     if args.members:
         t = table("MEMBER", "CLIENT", "HOST", "ASSIGNMENT")
         for m in g.members:

@@ -14,6 +14,7 @@ class ShareGroupAdmin:
     def __init__(self, bootstrap: str, *, client_id: str = "mq-share-admin",
                  address_map: Mapping[str, str] | None = None) -> None:
         self.cluster = ClusterClient(bootstrap, client_id=client_id, address_map=address_map)
+        self.coordinator_id = -1  # the broker that answered the last group request
 
     async def __aenter__(self) -> ShareGroupAdmin:  # noqa: PYI034
         return self
@@ -27,6 +28,7 @@ class ShareGroupAdmin:
             assert isinstance(response, FindCoordinatorResponse)
             if response.error_code == ErrorCode.NONE:
                 self.cluster.add_node(response.node_id, response.host, response.port)
+                self.coordinator_id = response.node_id
                 return response.node_id
             if not ErrorCode(response.error_code).retriable:
                 raise MqError(ErrorCode(response.error_code), response.error_message)
@@ -36,7 +38,13 @@ class ShareGroupAdmin:
     async def _to_coordinator(self, group_id: str, request: s.Request) -> s.Response:  # type: ignore[name-defined]
         for _ in range(50):
             node = await self._coordinator(group_id)
-            response = await self.cluster.request(node, request)
+            try:
+                response = await self.cluster.request(node, request)
+            except MqError as exc:
+                if not exc.code.retriable:
+                    raise
+                await _sleep(0.2)
+                continue
             codes = [getattr(response, "error_code", 0)] + [g.error_code for g in getattr(response, "groups", [])]
             if not any(c in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                              ErrorCode.COORDINATOR_NOT_AVAILABLE) for c in codes):
