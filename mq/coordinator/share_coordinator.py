@@ -92,7 +92,9 @@ class ShareCoordinator:
             if group is None:
                 response = s.ShareAcknowledgeResponse(error[0], error[1])
             else:
-                acks = self._acknowledge(group, request.member_id, request.acknowledgements, records)
+                dirty: dict[TopicPartition, None] = {}
+                acks = self._acknowledge(group, request.member_id, request.acknowledgements, dirty)
+                _persist(group, dirty, records)
                 response = s.ShareAcknowledgeResponse(ErrorCode.NONE, acknowledgements=acks)
         elif isinstance(request, s.ShareGroupDescribeRequest):
             response = s.ShareGroupDescribeResponse([self._describe(g, topics, log) for g in request.groups])
@@ -164,7 +166,9 @@ class ShareCoordinator:
     # ------------------------------------------------------------ fetch and acknowledge
 
     def _acknowledge(self, group: ShareGroup, member_id: str, acks: list[s.PartitionAcknowledgements],
-                     records: list[CoordinatorRecord]) -> list[s.AcknowledgeResult]:
+                     dirty: dict[TopicPartition, None]) -> list[s.AcknowledgeResult]:
+        """Apply acknowledgements; the partitions changed go to ``dirty`` (one snapshot
+        each is written per request, whatever the number of acks and acquisitions)."""
         out = []
         for part in acks:
             tp = TopicPartition(part.topic, part.partition)
@@ -184,7 +188,7 @@ class ShareCoordinator:
                         code = result
                         message = (f"offsets {batch.first_offset}..{batch.last_offset} of {tp} are not all held by "
                                    f"{member_id} (not acquired, acknowledged already, or the lock expired)")
-                records.append(share_partition_record(group.group_id, tp, sp.snapshot()))
+                dirty[tp] = None
             out.append(s.AcknowledgeResult(part.topic, part.partition, code, message))
         return out
 
@@ -193,7 +197,8 @@ class ShareCoordinator:
         group, error = self._member_group(request.group_id, request.member_id)
         if group is None:
             return s.ShareFetchResponse(error[0], error[1])
-        acks = self._acknowledge(group, request.member_id, request.acknowledgements, records)
+        dirty: dict[TopicPartition, None] = {}
+        acks = self._acknowledge(group, request.member_id, request.acknowledgements, dirty)
         budget = max(0, request.max_records)
         parts: list[s.ShareFetchPartitionResponse] = []
         assigned = group.assignment(topics).get(request.member_id, [])
@@ -217,11 +222,12 @@ class ShareCoordinator:
             if not acquired:
                 continue
             budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
-            records.append(share_partition_record(group.group_id, tp, sp.snapshot()))
+            dirty[tp] = None
             data = b"".join(log.read(tp, first, last) for first, last in _ranges(acquired))
             parts.append(s.ShareFetchPartitionResponse(tp.topic, tp.partition, acquired=[
                 s.AcquiredRecords(a.first_offset, a.last_offset, a.delivery_count, a.dead_letter_reason)
                 for a in acquired], records=data))
+        _persist(group, dirty, records)
         return s.ShareFetchResponse(ErrorCode.NONE, partitions=parts, acknowledgements=acks)
 
     # ------------------------------------------------------------ admin
@@ -305,6 +311,13 @@ def error_response(request: Request, code: ErrorCode, message: str) -> Response:
     if isinstance(request, s.DeleteShareGroupsRequest):
         return s.DeleteShareGroupsResponse(code, message)
     raise TypeError(f"{type(request).__name__} is not a share group request")
+
+
+def _persist(group: ShareGroup, dirty: dict[TopicPartition, None], records: list[CoordinatorRecord]) -> None:
+    for tp in dirty:
+        sp = group.partitions.get(tp)
+        if sp is not None:
+            records.append(share_partition_record(group.group_id, tp, sp.snapshot()))
 
 
 def _by_topic(tps: Iterable[TopicPartition]) -> list[s.ShareTopicPartitions]:

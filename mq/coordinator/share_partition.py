@@ -125,7 +125,11 @@ class SharePartition:
         self.config = config
         self.start_offset = start_offset
         self.end_offset = start_offset
+        # In offset order: new offsets are always above the ones present (acquire and
+        # restore insert in increasing order; only the lowest leave), so the dict's
+        # insertion order is the offset order and nothing here needs to sort.
         self.records: dict[int, InFlightRecord] = {}
+        self.keep_transitions = False  # record terminal transitions (the simulation's and tests' checks)
         self.transitions: list[Transition] = []  # terminal transitions since the last take
 
     # ------------------------------------------------------------ persistence
@@ -144,19 +148,22 @@ class SharePartition:
 
     def snapshot(self) -> SharePartitionState:
         runs: list[StateRun] = []
-        for offset in sorted(self.records):
-            r = self.records[offset]
-            state, reason = r.state, r.dead_letter_reason
-            if state == RecordState.ACQUIRED:  # stored as released: what a lock expiry would do
+        limit = self.config.delivery_attempt_limit
+        run: list = []  # the run being built: [first, last, state, delivery_count, reason]
+        for offset, r in self.records.items():
+            state, count, reason = r.state, r.delivery_count, r.dead_letter_reason
+            if state is RecordState.ACQUIRED:  # stored as released: what a lock expiry would do
                 state = RecordState.AVAILABLE
-                if not reason and r.delivery_count >= self.config.delivery_attempt_limit:
+                if not reason and count >= limit:
                     reason = REASON_EXHAUSTED
-            last = runs[-1] if runs else None
-            if last is not None and last.last_offset + 1 == offset and last.state == state \
-                    and last.delivery_count == r.delivery_count and last.dead_letter_reason == reason:
-                runs[-1] = StateRun(last.first_offset, offset, state, r.delivery_count, reason)
+            if run and run[1] + 1 == offset and run[2] is state and run[3] == count and run[4] == reason:
+                run[1] = offset
             else:
-                runs.append(StateRun(offset, offset, state, r.delivery_count, reason))
+                if run:
+                    runs.append(StateRun(*run))
+                run = [offset, offset, state, count, reason]
+        if run:
+            runs.append(StateRun(*run))
         return SharePartitionState(self.start_offset, self.end_offset, tuple(runs))
 
     # ------------------------------------------------------------ queries
@@ -171,7 +178,7 @@ class SharePartition:
         return out
 
     def held_by(self, member_id: str) -> list[int]:
-        return sorted(o for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.owner == member_id)
+        return [o for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.owner == member_id]
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [r.lock_deadline_ms for r in self.records.values() if r.state == RecordState.ACQUIRED]
@@ -192,7 +199,7 @@ class SharePartition:
         batch it read (control batches included: those offsets are never handed out)."""
         deadline = now_ms + self.config.record_lock_duration_ms
         taken: list[tuple[int, InFlightRecord]] = []
-        for offset in sorted(self.records):
+        for offset in self.records:
             if len(taken) >= max_records:
                 break
             r = self.records[offset]
@@ -266,14 +273,15 @@ class SharePartition:
 
     def _finish(self, offset: int, r: InFlightRecord, state: RecordState) -> None:
         r.state = state
-        self.transitions.append(Transition(offset, state, r.delivery_count, r.dead_letter_reason))
+        if self.keep_transitions:
+            self.transitions.append(Transition(offset, state, r.delivery_count, r.dead_letter_reason))
 
     # ------------------------------------------------------------ time and members
 
     def expire_locks(self, now_ms: int) -> list[int]:
         """Release every record whose lock deadline has passed; the offsets released."""
         out = []
-        for offset in sorted(self.records):
+        for offset in self.records:
             r = self.records[offset]
             if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms:
                 self._release(r)
@@ -294,7 +302,7 @@ class SharePartition:
             return
         for offset in [o for o in self.records if o < log_start_offset]:
             r = self.records.pop(offset)
-            if r.state not in TERMINAL:
+            if r.state not in TERMINAL and self.keep_transitions:
                 self.transitions.append(Transition(offset, RecordState.ARCHIVED, r.delivery_count, "deleted"))
         self.start_offset = log_start_offset
         self.end_offset = max(self.end_offset, log_start_offset)
@@ -311,11 +319,14 @@ class SharePartition:
 
 def _runs(taken: Iterable[tuple[int, InFlightRecord]]) -> list[Acquired]:
     out: list[Acquired] = []
+    run: list = []  # [first, last, delivery_count, reason]
     for offset, r in taken:
-        last = out[-1] if out else None
-        if last is not None and last.last_offset + 1 == offset and last.delivery_count == r.delivery_count \
-                and last.dead_letter_reason == r.dead_letter_reason:
-            out[-1] = Acquired(last.first_offset, offset, r.delivery_count, r.dead_letter_reason)
+        if run and run[1] + 1 == offset and run[2] == r.delivery_count and run[3] == r.dead_letter_reason:
+            run[1] = offset
         else:
-            out.append(Acquired(offset, offset, r.delivery_count, r.dead_letter_reason))
+            if run:
+                out.append(Acquired(*run))
+            run = [offset, offset, r.delivery_count, r.dead_letter_reason]
+    if run:
+        out.append(Acquired(*run))
     return out

@@ -19,7 +19,9 @@ CONFIG = SharePartitionConfig(record_lock_duration_ms=1000, delivery_attempt_lim
 
 
 def fresh(start: int = 0) -> SharePartition:
-    return SharePartition(start, CONFIG)
+    sp = SharePartition(start, CONFIG)
+    sp.keep_transitions = True
+    return sp
 
 
 def test_acquire_new_records_locks_them_for_the_member():
@@ -142,6 +144,7 @@ def test_every_record_ends_accepted_or_archived_never_lost_with_exact_delivery_c
     of times the record was handed out for processing; an ack not held changes nothing."""
     config = SharePartitionConfig(record_lock_duration_ms=10, delivery_attempt_limit=3, max_record_locks=8)
     sp = SharePartition(0, config)
+    sp.keep_transitions = True
     held: dict[str, set[int]] = {"m0": set(), "m1": set(), "m2": set()}
     deliveries: dict[int, int] = {}
     final: dict[int, RecordState] = {}
@@ -173,6 +176,7 @@ def test_every_record_ends_accepted_or_archived_never_lost_with_exact_delivery_c
             held[member].clear()
         elif kind == "restore":
             sp = SharePartition.restore(sp.snapshot(), config)
+            sp.keep_transitions = True
             for h in held.values():
                 h.clear()
         else:
