@@ -129,13 +129,19 @@ class LocalShareLog:
         chunks: list[bytes] = []
         position = first_offset
         while position <= last_offset and position < hwm:
-            data = partition.log.read(position, max_bytes=_READ_BYTES, max_offset=hwm).records
+            data = partition.log.read(position, max_bytes=_READ_BYTES, max_offset=min(hwm, last_offset + 1)).records
             if not data:
                 break
-            chunks.append(bytes(data))
+            end = 0
             with memoryview(data) as view:
-                for _, header in iter_batches(view):
+                for pos, header in iter_batches(view):
+                    if header.base_offset > last_offset:
+                        break
+                    end = pos + header.size
                     position = max(position, header.next_offset)
+                chunks.append(bytes(view[:end]))
+            if end == 0:
+                break
         return b"".join(chunks)
 
 
