@@ -13,6 +13,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import jsonschema
+
+from mq.cli import schemas
+
 from .helpers import base_env, free_listen, mq_command, run_mq
 
 GROUP = "workers"
@@ -139,7 +143,13 @@ def test_four_share_consumers_on_one_partition_one_killed_holding_locks(tmp_path
             p = (doc.get("partitions") or [{}])[0]
             return doc if p.get("start_offset") == RECORDS and p.get("acquired") == 0 else None
 
-        _until("the locked records were redelivered and accepted", all_done, LOCK_MS / 1000 + 30)
+        doc = _until("the locked records were redelivered and accepted", all_done, LOCK_MS / 1000 + 30)
+        jsonschema.Draft202012Validator(schemas.schema_of("mq share-group describe").schema).validate(doc)
+        listed = json.loads(ok(run_mq("share-group", "list", "--json", env=env)))
+        jsonschema.Draft202012Validator(schemas.schema_of("mq share-group list").schema).validate(listed)
+        assert [g["group_id"] for g in listed] == [GROUP]
+        table = ok(run_mq("share-group", "describe", GROUP, env=env))
+        assert "START-OFFSET" in table and "DEAD-LETTERS" in table and str(RECORDS) in table
         for proc, _ in survivors:
             proc.send_signal(signal.SIGTERM)  # Ctrl-C: acknowledge what was printed, leave the group
         for proc, _ in survivors:
