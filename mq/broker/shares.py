@@ -109,9 +109,15 @@ class LocalShareLog:
         return partition.log_start_offset, partition.high_watermark
 
     def scan(self, tp: TopicPartition, from_offset: int, max_bytes: int) -> tuple[list[tuple[int, int]], int]:
+        """A read that fails (offset out of this replica's range, a corrupt or offline
+        log) finds nothing: the coordinator hands out nothing new from here."""
         partition = self.node.partitions[tp]
         hwm = partition.high_watermark
-        data = partition.log.read(from_offset, max_bytes=max(1, min(max_bytes, _READ_BYTES)), max_offset=hwm).records
+        try:
+            data = partition.log.read(from_offset, max_bytes=max(1, min(max_bytes, _READ_BYTES)),
+                                      max_offset=hwm).records
+        except MqError:
+            return [], from_offset
         batches: list[tuple[int, int]] = []
         scanned_to = from_offset
         with memoryview(data) as view:
@@ -129,7 +135,11 @@ class LocalShareLog:
         chunks: list[bytes] = []
         position = first_offset
         while position <= last_offset and position < hwm:
-            data = partition.log.read(position, max_bytes=_READ_BYTES, max_offset=min(hwm, last_offset + 1)).records
+            try:
+                data = partition.log.read(position, max_bytes=_READ_BYTES,
+                                          max_offset=min(hwm, last_offset + 1)).records
+            except MqError:  # what cannot be read is not delivered: its lock expires, it comes back
+                break
             if not data:
                 break
             end = 0
@@ -175,8 +185,9 @@ class ShareService:
                                                       client_host=client_host, topics={}, log=self.log, now_ms=now_ms)
                     listed.extend(result.responses[0][1].groups)  # type: ignore[attr-defined]
             return ListShareGroupsResponse(ErrorCode.NONE, sorted(listed, key=lambda g: g.group_id))
-        group_id = request.groups[0] if hasattr(request, "groups") else request.group_id  # type: ignore[attr-defined]
-        routed = self._route(group_id)
+        if isinstance(request, s.ShareGroupDescribeRequest):
+            return self._describe(request, client_id, client_host, now_ms)
+        routed = self._route(request.group_id)  # type: ignore[attr-defined]
         if not isinstance(routed, Shard):
             return error_response(request, *routed)
         op_id = self._new_op_id()
@@ -185,6 +196,22 @@ class ShareService:
                                            now_ms=now_ms)
         self._write(routed, result, now_ms)
         return Pending(op_id, None)
+
+    def _describe(self, request: s.ShareGroupDescribeRequest, client_id: str, client_host: str,
+                  now_ms: int) -> Response:
+        """Each group from its own shard (describing writes nothing, so every part is
+        answered at once); groups this broker does not coordinate get the routing error."""
+        out = []
+        for group_id in request.groups:
+            routed = self._route(group_id)
+            if not isinstance(routed, Shard):
+                out.append(s.DescribedShareGroup(group_id, routed[0], routed[1]))
+                continue
+            result = routed.coordinator.handle(s.ShareGroupDescribeRequest([group_id]), request_id=0,  # type: ignore[call-arg]
+                                               client_id=client_id, client_host=client_host,
+                                               topics=self.node.groups.topics(), log=self.log, now_ms=now_ms)
+            out.extend(result.responses[0][1].groups)  # type: ignore[attr-defined]
+        return s.ShareGroupDescribeResponse(out)
 
     def _find(self, request: FindCoordinatorRequest, now_ms: int) -> FindCoordinatorResponse:
         if not request.key:

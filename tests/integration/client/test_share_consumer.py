@@ -115,3 +115,39 @@ def test_release_and_lock_expiry_redeliver_then_reject_dead_letters(share_broker
             (b"1", b"delivery attempts exhausted", b"3"), (b"2", b"rejected", b"1")]
         assert {h["mq.dlq.topic"] for h in heads} == {b"q"} and {r.value for r in dead} == {b"v1", b"v2"}
     asyncio.run(run())
+
+
+def test_bad_share_requests_get_named_errors_and_the_broker_keeps_serving(share_broker):
+    async def run() -> None:
+        b = share_broker.bootstrap
+        await _produce(b, "bad", 5)
+        async with ShareConsumer(b, group_id="bad-g", topics=["bad"], auto_offset_reset="earliest",
+                                 acknowledgement_mode="explicit") as c:
+            got = await c.poll(timeout_ms=3000)
+            assert len(got) == 5
+            send = c._send
+            empty = await send(s.ShareGroupDescribeRequest([]))
+            assert empty.groups == []
+            ghost = await send(s.ShareFetchRequest("bad-g", "ghost", 10))
+            assert ghost.error_code == ErrorCode.UNKNOWN_MEMBER_ID and "ghost" in ghost.error_message
+            huge = await send(s.ShareAcknowledgeRequest("bad-g", c.member_id, [s.PartitionAcknowledgements(
+                "bad", 0, [s.AcknowledgementBatch(0, 2**62, 1), s.AcknowledgementBatch(3, 1, 1)])]))
+            assert huge.acknowledgements[0].error_code == ErrorCode.INVALID_REQUEST
+            weird = await send(s.ShareFetchRequest("bad-g", c.member_id, -5, max_bytes=-1, acknowledgements=[
+                s.PartitionAcknowledgements("bad", 7, [s.AcknowledgementBatch(0, 0, 1)]),
+                s.PartitionAcknowledgements("bad", 0, [s.AcknowledgementBatch(0, 0, 77)])]))
+            assert weird.error_code == ErrorCode.NONE and weird.partitions == []
+            assert [a.error_code for a in weird.acknowledgements] == [ErrorCode.INVALID_RECORD_STATE,
+                                                                      ErrorCode.INVALID_REQUEST]
+            bad_beat = await send(s.ShareGroupHeartbeatRequest("bad-g", "", 0, ["bad"], "sideways"))
+            assert bad_beat.error_code == ErrorCode.INVALID_CONFIG
+            # Nothing corrupted: the five records are still held and accept normally.
+            for r in got:
+                c.acknowledge(r, "accept")
+            results = await c.commit()
+            assert [r.error_code for r in results] == [ErrorCode.NONE]
+            described = await _describe(c, "bad-g")
+            assert described.partitions[0].start_offset == 5
+        assert "Traceback" not in share_broker.stderr_text()
+        assert share_broker.running
+    asyncio.run(run())
