@@ -16,8 +16,9 @@ import sys
 import time
 from typing import Any
 
-from mq.cli.common import add_bootstrap
+from mq.cli.common import CliError, add_bootstrap
 from mq.cli.output import console, print_json, print_table, table
+from mq.core.errors import ErrorCode, MqError
 
 PARTITION_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "START-OFFSET", "END-OFFSET", "HIGH-WATERMARK", "LAG",
                      "ACQUIRED", "AVAILABLE", "DEAD-LETTERS")
@@ -59,6 +60,18 @@ def add_consume_arguments(p: argparse.ArgumentParser) -> None:
                    help="--share-group: the dead-letter topic (default GROUP.dlq)")
 
 
+def _explained(group: str, coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except MqError as exc:
+        if exc.code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise CliError(f"share group {group} does not exist", "see `mq share-group list`") from None
+        if exc.code == ErrorCode.NON_EMPTY_GROUP:
+            raise CliError(f"share group {group} still has members",
+                           f"stop them first (mq share-group describe {group} --members)") from None
+        raise
+
+
 def _admin(args: argparse.Namespace) -> Any:
     from mq.client.share_admin import ShareGroupAdmin
 
@@ -89,7 +102,7 @@ def run_describe(args: argparse.Namespace) -> int:
         async with _admin(args) as admin:
             return await admin.describe_group(args.group), admin.coordinator_id
 
-    g, coordinator = asyncio.run(fetch())
+    g, coordinator = _explained(args.group, fetch())
     if args.json:
         print_json({"group_id": g.group_id, "state": g.state, "group_epoch": g.group_epoch,
                     "coordinator": coordinator,
@@ -124,7 +137,7 @@ def run_delete(args: argparse.Namespace) -> int:
         async with _admin(args) as admin:
             await admin.delete_group(args.group)
 
-    asyncio.run(go())
+    _explained(args.group, go())
     console().print(f"deleted share group {args.group}")
     return 0
 
@@ -156,6 +169,9 @@ async def consume_share(args: argparse.Namespace, write: Any, progress: Any) -> 
             if records:
                 last_record = time.monotonic()
             for record in records:
+                if args.max_messages is not None and progress.count >= args.max_messages:
+                    consumer.acknowledge(record, "release")  # not printed: back to the group at once
+                    continue
                 value = record.value or b""
                 if reject is not None and reject.search(value.decode("utf-8", "replace")):
                     consumer.acknowledge(record, "reject")

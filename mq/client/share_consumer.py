@@ -36,7 +36,7 @@ from mq.client.admin import Admin
 from mq.client.cluster import ClusterClient
 from mq.client.producer import Producer
 from mq.core.errors import ErrorCode, MqError
-from mq.core.types import TopicPartition
+from mq.core.types import TimestampType, TopicPartition
 from mq.protocol import share_messages as s
 from mq.protocol.batch_format import iter_batches
 from mq.protocol.messages import Request, Response
@@ -55,6 +55,7 @@ class ShareRecord(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+    timestamp_type: TimestampType
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
@@ -269,8 +270,9 @@ class ShareConsumer:
                         if run is None or rec.offset in found:
                             continue
                         found.add(rec.offset)
-                        record = ShareRecord(part.topic, part.partition, rec.offset, rec.timestamp, rec.key,
-                                             rec.value, tuple(rec.headers), run.delivery_count)
+                        record = ShareRecord(part.topic, part.partition, rec.offset, rec.timestamp,
+                                             header.timestamp_type, rec.key, rec.value, tuple(rec.headers),
+                                             run.delivery_count)
                         if run.dead_letter_reason:
                             dead.append((record, run.dead_letter_reason))
                         else:

@@ -150,6 +150,11 @@ def test_four_share_consumers_on_one_partition_one_killed_holding_locks(tmp_path
         assert [g["group_id"] for g in listed] == [GROUP]
         table = ok(run_mq("share-group", "describe", GROUP, env=env))
         assert "START-OFFSET" in table and "DEAD-LETTERS" in table and str(RECORDS) in table
+        busy = run_mq("share-group", "delete", GROUP, env=env)  # the survivors are still members
+        assert busy.returncode == 1 and "still has members" in busy.stderr.decode()
+        missing = run_mq("share-group", "describe", "nope", env=env)
+        assert missing.returncode == 1 and "share group nope does not exist — see `mq share-group list`" in \
+            missing.stderr.decode()
         for proc, _ in survivors:
             proc.send_signal(signal.SIGTERM)  # Ctrl-C: acknowledge what was printed, leave the group
         for proc, _ in survivors:
