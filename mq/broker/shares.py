@@ -155,6 +155,19 @@ class LocalShareLog:
         return b"".join(chunks)
 
 
+@dataclass(frozen=True, slots=True)
+class SharePartitionSnapshot:
+    """One share-partition of a group this broker coordinates, for metrics."""
+
+    group_id: str
+    members: int
+    tp: TopicPartition | None  # None: the group has no share-partition yet
+    start_offset: int = 0
+    end_offset: int = 0
+    high_watermark: int = -1
+    counts: tuple[tuple[str, int], ...] = ()
+
+
 class ShareService:
     def __init__(self, node: BrokerNode, *, rng: Rng, new_op_id: Callable[[], int],
                  complete: Callable[[int, Response], None]) -> None:
@@ -171,6 +184,24 @@ class ShareService:
     @property
     def shards(self) -> dict[int, Shard]:
         return self._shards
+
+    def snapshot(self) -> list[SharePartitionSnapshot]:
+        out = []
+        for index in sorted(self._shards):
+            shard = self._shards[index]
+            if not shard.loaded:
+                continue
+            groups = shard.coordinator.groups  # type: ignore[attr-defined]
+            for group_id in sorted(groups):
+                group = groups[group_id]
+                if not group.partitions:
+                    out.append(SharePartitionSnapshot(group_id, len(group.members), None))
+                for tp, sp in sorted(group.partitions.items()):
+                    bounds = self.log.bounds(tp)
+                    out.append(SharePartitionSnapshot(group_id, len(group.members), tp, sp.start_offset, sp.end_offset,
+                                                      -1 if bounds is None else bounds[1],
+                                                      tuple(sorted(sp.counts().items()))))
+        return out
 
     # ------------------------------------------------------------ requests
 
