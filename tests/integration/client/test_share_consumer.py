@@ -151,3 +151,20 @@ def test_bad_share_requests_get_named_errors_and_the_broker_keeps_serving(share_
         assert "Traceback" not in share_broker.stderr_text()
         assert share_broker.running
     asyncio.run(run())
+
+
+def test_blocking_share_consumer(share_broker):
+    from mq.client import blocking
+
+    b = share_broker.bootstrap
+    asyncio.run(_produce(b, "sync", 20))
+    got = []
+    with blocking.ShareConsumer(b, group_id="sync-g", topics=["sync"], auto_offset_reset="earliest",
+                                acknowledgement_mode="explicit") as c:
+        while len(got) < 20:
+            for r in c.poll(timeout_ms=2000):
+                got.append(r.offset)
+                c.acknowledge(r, "accept")
+        assert [r.error_code for r in c.commit()] == [ErrorCode.NONE]
+        assert c.member_id
+    assert sorted(got) == list(range(20))
