@@ -380,7 +380,10 @@ class ShareService:
             if shard.loaded:
                 continue
             try:
-                loading |= not shard.load_some()
+                done = shard.load_some()
+                if done:
+                    _ = shard.coordinator.groups  # type: ignore[attr-defined]  # decode the last snapshots now
+                loading |= not done
             except LogCorruptedError as err:
                 self.node.report_corruption(shard.partition.tp, err)
                 self._shards.pop(index)

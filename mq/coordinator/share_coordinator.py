@@ -23,7 +23,8 @@ from mq.coordinator.result import CoordinatorResult
 from mq.coordinator.share_group import ShareConfig, ShareGroup, ShareMember
 from mq.coordinator.share_partition import AckType, SharePartition
 from mq.coordinator.share_records import (
-    ShareGroupKey,
+    SharePartitionKey,
+    decode_share_key,
     decode_share_record,
     share_group_record,
     share_partition_record,
@@ -53,30 +54,51 @@ class ShareCoordinator:
         self.shard = shard
         self.config = config
         self.rng = rng
-        self.groups: dict[str, ShareGroup] = {}
+        self._groups: dict[str, ShareGroup] = {}
+        # Replayed share-partition snapshots not yet decoded: a log holds many snapshots
+        # of each partition and only the last one counts, so loading keeps the latest
+        # record and decodes and expands it once, on first use.
+        self._replayed: dict[tuple[str, TopicPartition], CoordinatorRecord] = {}
+
+    @property
+    def groups(self) -> dict[str, ShareGroup]:
+        if self._replayed:
+            replayed, self._replayed = self._replayed, {}
+            for (group_id, tp), record in replayed.items():
+                group = self._groups.get(group_id)
+                decoded = decode_share_record(record)
+                if group is None or decoded is None:
+                    continue  # the group was deleted after this snapshot
+                state = decoded[1]
+                if state is None:
+                    group.partitions.pop(tp, None)
+                else:
+                    group.partitions[tp] = SharePartition.restore(state, self.config.partition)  # type: ignore[arg-type]
+        return self._groups
 
     # ------------------------------------------------------------ loading
 
     def replay(self, record: CoordinatorRecord, *, offset: int | None = None) -> None:
+        key = decode_share_key(record)
+        if isinstance(key, SharePartitionKey):
+            self._groups.setdefault(key.group_id, ShareGroup(key.group_id))
+            self._replayed[(key.group_id, key.tp)] = record
+            return
+        if key is None:
+            return
         decoded = decode_share_record(record)
-        if decoded is None:
-            return
-        key, value = decoded
-        if isinstance(key, ShareGroupKey):
-            if value is None:
-                self.groups.pop(key.group_id, None)
-                return
-            group = self.groups.setdefault(key.group_id, ShareGroup(key.group_id))
-            group.epoch = value.epoch  # type: ignore[union-attr]
-            group.auto_offset_reset = value.auto_offset_reset  # type: ignore[union-attr]
-            group.members = {m.member_id: ShareMember(m.member_id, m.client_id, m.client_host, m.topics)
-                             for m in value.members}  # type: ignore[union-attr]
-            return
-        group = self.groups.setdefault(key.group_id, ShareGroup(key.group_id))
+        assert decoded is not None
+        value = decoded[1]
         if value is None:
-            group.partitions.pop(key.tp, None)
-        else:
-            group.partitions[key.tp] = SharePartition.restore(value, self.config.partition)  # type: ignore[arg-type]
+            self._groups.pop(key.group_id, None)
+            for pending in [k for k in self._replayed if k[0] == key.group_id]:
+                del self._replayed[pending]
+            return
+        group = self._groups.setdefault(key.group_id, ShareGroup(key.group_id))
+        group.epoch = value.epoch  # type: ignore[union-attr]
+        group.auto_offset_reset = value.auto_offset_reset  # type: ignore[union-attr]
+        group.members = {m.member_id: ShareMember(m.member_id, m.client_id, m.client_host, m.topics)
+                         for m in value.members}  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ requests
 

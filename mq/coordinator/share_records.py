@@ -118,6 +118,21 @@ DecodedShareRecord = (tuple[ShareGroupKey, ShareGroupValue | None]
                       | tuple[SharePartitionKey, SharePartitionState | None])
 
 
+def decode_share_key(record: CoordinatorRecord) -> ShareGroupKey | SharePartitionKey | None:
+    """The key alone (cheap: loading decodes a share-partition's value only for its last
+    snapshot); ``None`` for a key type this version does not know."""
+    try:
+        key = _list(unpack_header(record.key))
+        kind = _int(key[0])
+        if kind == SHARE_GROUP_KEY:
+            return ShareGroupKey(_str(key[1]))
+        if kind == SHARE_PARTITION_KEY:
+            return SharePartitionKey(_str(key[1]), TopicPartition(_str(key[2]), _int(key[3])))
+        return None
+    except (KeyError, IndexError, TypeError, ValueError, ProtocolError) as exc:
+        raise MqError(ErrorCode.CORRUPT_MESSAGE, f"unreadable share coordinator record key: {exc}") from None
+
+
 def decode_share_record(record: CoordinatorRecord) -> DecodedShareRecord | None:
     """``(key, value)``; ``None`` for a key type this version does not know;
     MqError(CORRUPT_MESSAGE) when the record does not parse."""
