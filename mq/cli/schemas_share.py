@@ -15,7 +15,8 @@ SHARE_GROUP_DESCRIBE = obj(
     coordinator=INT("the broker coordinating the group (leader of its __share_group_state partition)"),
     members=arr(obj("a member", member_id=STR("member id"), client_id=STR("client id"), host=STR("client address"),
                     assignment=arr({"type": "array", "description": "[topic, [partition, ...]]"},
-                                   "the partitions it reads (shared with other members)")), "by member id"),
+                                   "the partitions it reads (shared with other members)"),
+                    acquired=INT("records it holds locked now")), "by member id"),
     partitions=arr(obj(
         "a share-partition", topic=STR("topic"), partition=INT("partition number"),
         start_offset=INT("share-partition start offset (SPSO): every record before it is done"),

@@ -104,23 +104,16 @@ def run_describe(args: argparse.Namespace) -> int:
 
     g, coordinator = _explained(args.group, fetch())
     if args.json:
-        print_json({"group_id": g.group_id, "state": g.state, "group_epoch": g.group_epoch,
-                    "coordinator": coordinator,
-                    "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
-                                 "assignment": [[a.topic, a.partitions] for a in m.assignment]} for m in g.members],
-                    "partitions": [{"topic": p.topic, "partition": p.partition, "start_offset": p.start_offset,
-                                    "end_offset": p.end_offset, "high_watermark": p.high_watermark,
-                                    "lag": max(0, p.high_watermark - p.end_offset), "acquired": p.acquired,
-                                    "available": p.available, "acknowledged": p.acknowledged,
-                                    "archived": p.archived, "dead_letters": p.dead_letters} for p in g.partitions]})
+        print_json(describe_doc(g, coordinator))
         return 0
     console().print(f"share group {g.group_id}: {g.state}, epoch {g.group_epoch}, {len(g.members)} members, "
                     f"coordinator broker {coordinator}")
     if args.members:
-        t = table("MEMBER", "CLIENT", "HOST", "ASSIGNMENT")
+        t = table("MEMBER", "CLIENT", "HOST", "ASSIGNMENT", "ACQUIRED")
         for m in g.members:
             t.add_row(m.member_id, m.client_id, m.client_host,
-                      " ".join(f"{a.topic}:{','.join(map(str, a.partitions))}" for a in m.assignment) or "-")
+                      " ".join(f"{a.topic}:{','.join(map(str, a.partitions))}" for a in m.assignment) or "-",
+                      str(m.acquired))
         print_table(t)
         return 0
     t = table(*PARTITION_COLUMNS)
@@ -130,6 +123,19 @@ def run_describe(args: argparse.Namespace) -> int:
                   str(p.available), str(p.dead_letters))
     print_table(t)
     return 0
+
+
+def describe_doc(g: Any, coordinator: int) -> dict[str, Any]:
+    """The JSON of `mq share-group describe --json` (schema: mq.cli.schemas_share)."""
+    return {"group_id": g.group_id, "state": g.state, "group_epoch": g.group_epoch, "coordinator": coordinator,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                         "assignment": [[a.topic, a.partitions] for a in m.assignment],
+                         "acquired": m.acquired} for m in g.members],
+            "partitions": [{"topic": p.topic, "partition": p.partition, "start_offset": p.start_offset,
+                            "end_offset": p.end_offset, "high_watermark": p.high_watermark,
+                            "lag": max(0, p.high_watermark - p.end_offset), "acquired": p.acquired,
+                            "available": p.available, "acknowledged": p.acknowledged,
+                            "archived": p.archived, "dead_letters": p.dead_letters} for p in g.partitions]}
 
 
 def run_delete(args: argparse.Namespace) -> int:

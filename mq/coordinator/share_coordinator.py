@@ -260,8 +260,13 @@ class ShareCoordinator:
             return s.DescribedShareGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"no share group {group_id!r}",
                                          state="Dead")
         assignment = group.assignment(topics)
+        held: dict[str, int] = {}
+        for sp in group.partitions.values():
+            for r in sp.records.values():
+                if r.owner:
+                    held[r.owner] = held.get(r.owner, 0) + 1
         members = [s.ShareMemberDescription(m.member_id, m.client_id, m.client_host, group.epoch, list(m.topics),
-                                            _by_topic(assignment.get(m.member_id, [])))
+                                            _by_topic(assignment.get(m.member_id, [])), held.get(m.member_id, 0))
                    for m in sorted(group.members.values(), key=lambda m: m.member_id)]
         partitions = []
         for tp, sp in sorted(group.partitions.items()):

@@ -160,6 +160,7 @@ class ShareMemberDescription:
     member_epoch: int
     topics: list[str]
     assignment: list[ShareTopicPartitions]
+    acquired: int = 0  # records this member holds locked now
 
 
 @dataclass(frozen=True, slots=True)
