@@ -440,6 +440,8 @@ class BrokerNode:
         self._after(now_ms)
 
     def _wake_fetches(self, tp: TopicPartition) -> None:
+        if self.shares.waits.parked:  # a share fetch waiting for records
+            self.shares.retry_parked(now_ms=self._now_ms)
         for op in self.purgatory.watching(tp):
             if op.op_id not in self.purgatory.ops:
                 continue  # answered by a nested wake-up

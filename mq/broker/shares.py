@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from mq.broker.group_loader import PendingWrite, Shard
 from mq.broker.offsets_topic import CREATE_RETRY_BACKOFF_MS, OffsetsTopicCreator
 from mq.broker.outbound import Pending
+from mq.broker.share_waits import ShareFetchWaits, answer_of
 from mq.coordinator import CoordinatorResult, group_partition
 from mq.coordinator.share_coordinator import ShareCoordinator, error_response
 from mq.coordinator.share_group import ShareConfig
@@ -180,6 +181,9 @@ class ShareService:
         self._complete = complete
         self._shards: dict[int, Shard] = {}
         self._writes: dict[int, PendingWrite] = {}
+        self.waits = ShareFetchWaits()
+        self._now_ms = 0
+        self._retrying = False
 
     @property
     def shards(self) -> dict[int, Shard]:
@@ -222,11 +226,53 @@ class ShareService:
         if not isinstance(routed, Shard):
             return error_response(request, *routed)
         op_id = self._new_op_id()
+        self._now_ms = now_ms
+        if isinstance(request, s.ShareFetchRequest):
+            self.waits.watch(op_id, request, client_id=client_id, client_host=client_host, now_ms=now_ms)
         result = routed.coordinator.handle(request, request_id=op_id, client_id=client_id,  # type: ignore[call-arg]
                                            client_host=client_host, topics=self.node.groups.topics(), log=self.log,
                                            now_ms=now_ms)
         self._write(routed, result, now_ms)
+        if self.waits.parked and not isinstance(request, s.ShareFetchRequest):
+            self.retry_parked(now_ms=now_ms)  # acknowledgements may have released records
         return Pending(op_id, None)
+
+    def _answer(self, request_id: int, response: Response) -> None:
+        if self.waits.park(request_id, response, now_ms=self._now_ms):
+            return
+        self._complete(request_id, response)
+
+    def retry_parked(self, *, now_ms: int) -> None:
+        """Run the parked fetches again; answer those that got records or ran out of time."""
+        if self._retrying:
+            return  # a write below woke us again: the outer loop goes on
+        self._now_ms = now_ms
+        self._retrying = True
+        try:
+            self._retry_parked(now_ms)
+        finally:
+            self._retrying = False
+
+    def _retry_parked(self, now_ms: int) -> None:
+        for op_id in sorted(self.waits.parked):
+            parked = self.waits.parked.get(op_id)
+            if parked is None:
+                continue
+            routed = self._route(parked.request.group_id)
+            if not isinstance(routed, Shard):
+                self.waits.forget(op_id)
+                self._complete(op_id, error_response(parked.request, *routed))
+                continue
+            result = routed.coordinator.handle(parked.request, request_id=op_id,  # type: ignore[call-arg]
+                                               client_id=parked.client_id, client_host=parked.client_host,
+                                               topics=self.node.groups.topics(), log=self.log, now_ms=now_ms)
+            response = result.responses[0][1]
+            got = isinstance(response, s.ShareFetchResponse) and (response.partitions or response.error_code)
+            if not got and now_ms < parked.deadline_ms and not result.records:
+                continue
+            self.waits.forget(op_id)
+            self._write(routed, CoordinatorResult(result.records, [(op_id, answer_of(parked, response))]),  # type: ignore[list-item]
+                        now_ms)
 
     def _describe(self, request: s.ShareGroupDescribeRequest, client_id: str, client_host: str,
                   now_ms: int) -> Response:
@@ -285,7 +331,7 @@ class ShareService:
     def _write(self, shard: Shard, result: CoordinatorResult, now_ms: int) -> None:
         if not result.records:
             for request_id, response in result.responses:
-                self._complete(request_id, response)
+                self._answer(request_id, response)
             return
         partition = shard.partition
         state = partition.leader
@@ -316,6 +362,7 @@ class ShareService:
         """The coordinator applied what could not be written: answer the error and
         rebuild the shard from its log (if this broker still leads it)."""
         for request_id, _ in result.responses:
+            self.waits.forget(request_id)
             self._complete(request_id, _error_for(result, request_id, code))
         if self._shards.get(shard.index) is shard:
             self._unload(shard.index)
@@ -332,7 +379,7 @@ class ShareService:
         code = next(iter(completion.errors.values()), ErrorCode.NONE)
         if code == ErrorCode.NONE:
             for request_id, response in write.result.responses:
-                self._complete(request_id, response)
+                self._answer(request_id, response)
         else:
             self._failed(write.shard, write.result, ErrorCode.COORDINATOR_NOT_AVAILABLE
                          if code != ErrorCode.NOT_LEADER else ErrorCode.NOT_COORDINATOR, self.node._now_ms)
@@ -370,6 +417,7 @@ class ShareService:
         for op_id in sorted(shard.writes):
             write = self._writes.pop(op_id)
             for request_id, _ in write.result.responses:
+                self.waits.forget(request_id)
                 self._complete(request_id, _error_for(write.result, request_id, ErrorCode.NOT_COORDINATOR))
         shard.writes.clear()
 
@@ -395,7 +443,12 @@ class ShareService:
     # ------------------------------------------------------------ timers
 
     def poll(self, *, now_ms: int) -> int | None:
+        if self.waits.parked:
+            self.retry_parked(now_ms=now_ms)
         deadlines: list[int] = []
+        waits = self.waits.next_deadline_ms(now_ms)
+        if waits is not None:
+            deadlines.append(waits)
         if self._load():
             deadlines.append(now_ms)
         creation = self.creator.poll(now_ms=now_ms)

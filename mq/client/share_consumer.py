@@ -45,6 +45,8 @@ from mq.protocol.record_batch import decode_records
 log = logging.getLogger("mq.client.share")
 
 ACK_TYPES = {"accept": 1, "release": 2, "reject": 3}
+MAX_WAIT_MS = 500
+"""A ShareFetch waits on the broker at most this long for records (then poll asks again)."""
 _REDISCOVER = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NETWORK_EXCEPTION,
                          ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_NOT_AVAILABLE})
@@ -232,8 +234,10 @@ class ShareConsumer:
         while True:
             if self.member_epoch == 0:
                 await self._heartbeat()
+            wait_ms = max(0, min(MAX_WAIT_MS, deadline - self.cluster.now_ms()))
+            asked = self.cluster.now_ms()
             response = await self._send(s.ShareFetchRequest(self.group_id, self.member_id, self.max_poll_records,
-                                                            acknowledgements=acks))
+                                                            acknowledgements=acks, max_wait_ms=wait_ms))
             assert isinstance(response, s.ShareFetchResponse)
             acks = []
             code = ErrorCode(response.error_code)
@@ -247,8 +251,9 @@ class ShareConsumer:
             if records or self.cluster.now_ms() >= deadline:
                 return records
             acks = self._take_acks()  # dead letters written meanwhile
-            await asyncio.sleep(min(backoff, max(1, deadline - self.cluster.now_ms())) / 1000)
-            backoff = min(backoff * 2, 200)
+            if self.cluster.now_ms() - asked < wait_ms // 2:  # answered at once (a broker that does not wait)
+                await asyncio.sleep(min(backoff, max(1, deadline - self.cluster.now_ms())) / 1000)
+                backoff = min(backoff * 2, 200)
 
     async def _take_records(self, response: s.ShareFetchResponse) -> list[ShareRecord]:
         out: list[ShareRecord] = []

@@ -118,7 +118,8 @@ class ShareFetchResponse(Response):
 @dataclass(frozen=True, slots=True)
 class ShareFetchRequest(Request):
     """Acknowledge, then acquire up to ``max_records`` records of the member's
-    assigned partitions (``max_records=0``: acknowledge only)."""
+    assigned partitions (``max_records=0``: acknowledge only). With ``max_wait_ms`` the
+    answer waits, when there is nothing to acquire, until there is or the time is up."""
 
     API_KEY = ApiKey.SHARE_FETCH
     RESPONSE = ShareFetchResponse
@@ -127,6 +128,7 @@ class ShareFetchRequest(Request):
     max_records: int = 500
     max_bytes: int = 8 * 1024 * 1024
     acknowledgements: list[PartitionAcknowledgements] = field(default_factory=list)
+    max_wait_ms: int = 0  # > 0: when nothing can be acquired, wait up to this long (at most 5 s) for records
 
 
 # ---------------------------------------------------------------- ShareAcknowledge

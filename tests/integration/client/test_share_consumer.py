@@ -168,3 +168,34 @@ def test_blocking_share_consumer(share_broker):
         assert [r.error_code for r in c.commit()] == [ErrorCode.NONE]
         assert c.member_id
     assert sorted(got) == list(range(20))
+
+
+def test_an_idle_poll_waits_on_the_broker_and_wakes_for_a_new_record(share_broker):
+    async def run() -> None:
+        b = share_broker.bootstrap
+        await _produce(b, "idle", 0)
+        async with ShareConsumer(b, group_id="idle-g", topics=["idle"], auto_offset_reset="earliest") as c:
+            sent = []
+            send = c._send
+
+            async def counting(request):
+                sent.append(type(request).__name__)
+                return await send(request)
+
+            c._send = counting  # type: ignore[method-assign]
+            assert await c.poll(timeout_ms=1500) == []
+            fetches = sent.count("ShareFetchRequest")
+            assert fetches <= 5, f"{fetches} fetches for 1.5 s of nothing: the broker should hold them"
+
+            async def produce_later() -> float:
+                await asyncio.sleep(0.3)
+                async with Producer(b, acks="all") as p:
+                    await p.send("idle", b"wake")
+                    return asyncio.get_running_loop().time()
+
+            task = asyncio.create_task(produce_later())
+            got = await c.poll(timeout_ms=5000)
+            woke = asyncio.get_running_loop().time() - await task  # after the send was acknowledged
+            assert [r.value for r in got] == [b"wake"]
+            print(f"{fetches} fetches in an idle 1.5 s poll; answered {woke * 1000:.0f} ms after the produce")
+    asyncio.run(run())

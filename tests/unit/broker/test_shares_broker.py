@@ -112,3 +112,30 @@ def test_share_fetch_failover_and_metrics():
     stale = c.call(new, s.ShareAcknowledgeRequest(GROUP, b, [s.PartitionAcknowledgements(
         "jobs", 0, [s.AcknowledgementBatch(4, 6, 1)])]), max_ms=2000)
     assert stale.acknowledgements[0].error_code == ErrorCode.INVALID_RECORD_STATE  # b's locks died with the old one
+
+
+def test_share_fetch_long_poll_waits_for_records_and_times_out():
+    c = cluster()
+    node = coordinator(c)
+    a = join(c, node)
+    drained = c.call(node, s.ShareFetchRequest(GROUP, a, 100), max_ms=2000)
+    assert sum(x.last_offset - x.first_offset + 1 for x in drained.partitions[0].acquired) == 10
+    acks = [s.PartitionAcknowledgements("jobs", 0, [s.AcknowledgementBatch(0, 9, 1)])]
+    parked = c.send(node, s.ShareFetchRequest(GROUP, a, 100, acknowledgements=acks, max_wait_ms=2000))
+    c.settle()
+    c.advance(300)
+    assert c.answer(node, parked) is None, "nothing to acquire: the fetch waits"
+    c.produce(1, "jobs", b"late")
+    c.settle()
+    c.advance(200)
+    answer = c.answer(node, parked)
+    assert answer is not None, "a new record wakes the waiting fetch"
+    assert [(x.first_offset, x.last_offset) for x in answer.partitions[0].acquired] == [(10, 10)]
+    assert [r.error_code for r in answer.acknowledgements] == [ErrorCode.NONE], "the first run's ack results"
+    empty = c.send(node, s.ShareFetchRequest(GROUP, a, 100, max_wait_ms=1000))
+    c.settle()
+    c.advance(500)
+    assert c.answer(node, empty) is None
+    c.advance(600)
+    timed_out = c.answer(node, empty)
+    assert timed_out is not None and timed_out.error_code == ErrorCode.NONE and timed_out.partitions == []
