@@ -31,6 +31,8 @@ exports these through the group coordinator's JMX and ``kafka-consumer-groups``)
   high watermark minus it — only for partitions this broker hosts a replica of (the
   leader's high watermark, else the one the follower last heard).
 
+Share groups: ``mq_share_*`` (``mq.aio.share_metrics``).
+
 The log cleaner: ``mq_log_cleaner_cleaned_bytes_total`` (bytes its passes read),
 ``mq_log_cleaner_runs_total`` (passes finished) and ``mq_log_cleaner_aborts_total``
 (passes abandoned: failed, or the log changed under them).
@@ -46,6 +48,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from mq.aio.share_metrics import share_families
 
 if TYPE_CHECKING:
     from mq.aio.server import BrokerServer
@@ -89,6 +93,7 @@ class _NodeCollector(Collector):
         yield from families.values()
         yield from _partition_families(self.node, self._now_ms())
         yield from _group_families(self.node)
+        yield from share_families(self.node)
         yield from _cleaner_families(self.node)
         conns = GaugeMetricFamily("mq_connections", "Open client connections")
         conns.add_metric([], len(self.server.connections) if self.server else 0)

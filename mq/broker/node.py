@@ -48,6 +48,7 @@ from mq.broker.partition import Partition
 from mq.broker.produce import AcksAllWaits, DelayedProduce, handle_produce
 from mq.broker.producer_ids import ProducerIdManager, handle_init_producer_id
 from mq.broker.replicas import ReplicaManager
+from mq.broker.shares import ShareService, is_share_request
 from mq.broker.stats import BrokerStats
 from mq.core.config import BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode, MqError
@@ -134,6 +135,8 @@ class BrokerNode:
         self.log_cleaner = LogCleanerManager(config)
         self.producer_ids = ProducerIdManager()
         self.groups = GroupService(self, rng=rng.fork("groups"), new_op_id=self._new_op_id,
+                                   complete=lambda op_id, response: self._completions.append((op_id, response)))
+        self.shares = ShareService(self, rng=rng.fork("shares"), new_op_id=self._new_op_id,
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
         self.mirror = MirrorRequests(self, new_op_id=self._new_op_id,
                                      complete=lambda op_id, response: self._completions.append((op_id, response)))
@@ -238,6 +241,8 @@ class BrokerNode:
         self._now_ms = now_ms
         if header.api_key in CONTROL_APIS:
             result = self.control.handle(header, request, now_ms=now_ms)
+        elif is_share_request(header.api_key, request):
+            result = self.shares.handle(request, client_id=header.client_id, client_host=client_host, now_ms=now_ms)
         elif header.api_key in GROUP_APIS:
             result = self.groups.handle(request, client_id=header.client_id, client_host=client_host, now_ms=now_ms)
         else:
@@ -440,6 +445,8 @@ class BrokerNode:
         self._after(now_ms)
 
     def _wake_fetches(self, tp: TopicPartition) -> None:
+        if self.shares.waits.parked:  # a share fetch waiting for records
+            self.shares.retry_parked(now_ms=self._now_ms)
         for op in self.purgatory.watching(tp):
             if op.op_id not in self.purgatory.ops:
                 continue  # answered by a nested wake-up
@@ -477,6 +484,9 @@ class BrokerNode:
                 if self.groups.owns(completion.request_id):
                     self.groups.on_write_done(completion)
                     continue
+                if self.shares.owns(completion.request_id):
+                    self.shares.on_write_done(completion)
+                    continue
                 response = self._acks_all.complete(completion)
                 if response is not None:
                     self._completions.append((completion.request_id, response))
@@ -506,6 +516,8 @@ class BrokerNode:
         for op_id, response in self.control.take_completions():
             tag = self._local_alter_ops.pop(op_id, None)
             if tag is None and self.groups.creator.on_completion(op_id, response, now_ms=now_ms):
+                continue
+            if tag is None and self.shares.creator.on_completion(op_id, response, now_ms=now_ms):
                 continue
             if tag is None:
                 self._completions.append((op_id, response))
@@ -540,6 +552,7 @@ class BrokerNode:
             self._moved[tp] = None
             self._wake_fetches_removed(tp)  # NOT_LEADER / new epoch: clients re-route
         self.groups.on_publish(result, now_ms=now_ms)
+        self.shares.on_publish(result, now_ms=now_ms)
 
     def _wake_fetches_removed(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
@@ -584,6 +597,7 @@ class BrokerNode:
             self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
             self.check_isr(now_ms=now_ms)
         groups_deadline = self.groups.poll(now_ms=now_ms)
+        shares_deadline = self.shares.poll(now_ms=now_ms)
         cleaner_deadline = self.log_cleaner.poll(
             {tp: (p.log, p.high_watermark) for tp, p in self.partitions.items() if not p.log.is_offline},
             now_ms=now_ms)
@@ -592,7 +606,7 @@ class BrokerNode:
                      self._next_producer_expiry_ms,
                      now_ms + 1000, control_deadline]
         for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms, groups_deadline,
-                      cleaner_deadline):
+                      cleaner_deadline, shares_deadline):
             if extra is not None:
                 deadlines.append(extra)
         return max(now_ms, min(deadlines))

@@ -33,7 +33,7 @@ import time
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from mq.cli import client_props
+from mq.cli import client_props, share_group
 from mq.cli.common import (
     EXIT_USAGE,
     CliError,
@@ -101,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "escapes \\t \\n \\r \\xNN are understood")
     p.add_argument("--print-key", action="store_true", help="--format text: print KEY<TAB>VALUE "
                    "(the same as --property print.key=true)")
+    share_group.add_consume_arguments(p)
     p.set_defaults(func=run_consume)
 
 
@@ -252,6 +253,8 @@ def run_consume(args: argparse.Namespace) -> int:
         render = renderer(args.format, args.property, print_key=args.print_key)
     except FormatError as exc:
         raise _usage(f"bad --format/--property: {exc}", "see `mq consume --help`") from None
+    if args.share_group is not None:
+        return _run_share(args, render)
     kwargs = consumer_kwargs(args)
     args.group = kwargs.get("group_id")
     _check_args(args)
@@ -265,6 +268,25 @@ def run_consume(args: argparse.Namespace) -> int:
     try:
         args.render = render
         asyncio.run(_consume(args, kwargs, tps, sys.stdout.buffer, progress))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass
+    finally:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        print(f"Processed a total of {progress.count} messages", file=sys.stderr)
+    return 0
+
+
+def _run_share(args: argparse.Namespace, render: Any) -> int:
+    if not args.topics or args.group or args.include or args.partition is not None:
+        raise _usage("--share-group takes topic names only (no --group, --include or --partition)",
+                     "mq consume TOPIC --share-group NAME")
+    progress = _Progress()
+    args.render = render
+    try:
+        asyncio.run(share_group.consume_share(args, _writer(sys.stdout.buffer, render), progress))
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:

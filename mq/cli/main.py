@@ -27,6 +27,7 @@ from mq.cli import (
     mirror_cmd,
     produce,
     records_cmd,
+    share_group,
     table,
     topic,
 )
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.register(sub)
     table.register(sub)
     group.register(sub)
+    share_group.register(sub)
     lag.register(sub)
     analytics.register(sub)
     load.register(sub)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mq.cli.schema_kit import BOOL, BYTES, INT, NUM, STR, Schema, _t, arr, nullable, obj
 from mq.cli.schemas_mirror import MIRROR_FAILBACK, MIRROR_FAILOVER, MIRROR_STATUS
+from mq.cli.schemas_share import SHARE_GROUP_DESCRIBE, SHARE_GROUP_LIST
 
 IDS = arr({"type": "integer"}, "broker ids")
 HEADERS = arr({"type": "array", "prefixItems": [{"type": "string"}, BYTES("header value")], "minItems": 2,
@@ -211,6 +212,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("mq group list --json", GROUP_LIST),
     Output("mq group describe GROUP --json", GROUP_DESCRIBE),
     Output("mq group reset-offsets GROUP ... --json", GROUP_RESET),
+    Output("mq share-group list --json", SHARE_GROUP_LIST),
+    Output("mq share-group describe GROUP --json", SHARE_GROUP_DESCRIBE),
     Output("mq records delete TOPIC ... --json", RECORDS_DELETE),
     Output("mq status --json", STATUS),
     Output("mq link list --json", LINK_LIST),

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from mq.client import admin as _admin
 from mq.client import consumer as _consumer
 from mq.client import producer as _producer
+from mq.client import share_consumer as _share
 from mq.client.internals.fetcher import ConsumerRecord
 from mq.client.results import GroupMetadata, OffsetAndMetadata, RecordMetadataList
 from mq.core.errors import ErrorCode, MqError
@@ -34,7 +35,7 @@ from mq.core.types import RecordMetadata, TopicPartition
 T = TypeVar("T")
 
 __all__ = ["Admin", "Consumer", "ConsumerRecord", "GroupMetadata", "OffsetAndMetadata", "Producer",
-           "RecordMetadata"]
+           "RecordMetadata", "ShareConsumer"]
 
 
 def _start_real_thread(target: Callable[[], None], name: str) -> None:
@@ -312,6 +313,26 @@ class Consumer(_Blocking):
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._client.end_offsets(list(tps)))
+
+
+class ShareConsumer(_Blocking):
+    """Blocking twin of ``mq.client.ShareConsumer`` (same keyword arguments)."""
+
+    def __init__(self, bootstrap: str = "localhost:9092", **config: Any) -> None:
+        super().__init__(lambda: _share.ShareConsumer(bootstrap, **config))
+
+    def poll(self, timeout_ms: int = 1000) -> list[_share.ShareRecord]:
+        return self._run(self._client.poll(timeout_ms))
+
+    def acknowledge(self, record: _share.ShareRecord, ack_type: str = "accept") -> None:
+        self._runner.call(self._client.acknowledge, record, ack_type)
+
+    def commit(self) -> list:
+        return self._run(self._client.commit())
+
+    @property
+    def member_id(self) -> str:
+        return self._runner.call(lambda: self._client.member_id)
 
 
 class Admin(_Blocking):

@@ -283,6 +283,14 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("offsets.retention.check.interval.ms", int, 600_000, "How often the coordinator looks for expired offsets.", _at_least(1)),
     _key("offset.metadata.max.bytes", int, 4096, "Longest metadata string an offset commit may carry.", _at_least(0)),
     _key("offsets.commit.timeout.ms", int, 5000, "An offset commit waits this long for the offsets topic's replicas.", _at_least(1)),
+    _key("share.record.lock.duration.ms", int, 30_000, "A share group member holds an acquired record this long; unacknowledged, it is released for redelivery.", _at_least(1)),
+    _key("share.delivery.attempt.limit", int, 5, "Deliveries of a record to a share group before it is archived and sent to the dead-letter topic.", _at_least(1)),
+    _key("share.partition.max.record.locks", int, 2000, "In-flight (not yet acknowledged) records a share-partition holds at most.", _at_least(1)),
+    _key("share.session.timeout.ms", int, 45_000, "A share group member silent this long is removed and its locks released (Kafka: group.share.session.timeout.ms).", _at_least(1)),
+    _key("share.heartbeat.interval.ms", int, 5000, "How often share group members heartbeat (Kafka: group.share.heartbeat.interval.ms).", _at_least(1)),
+    _key("share.auto.offset.reset", str, "latest", "Where a new share group's partitions start, unless its first member asks otherwise.", ((lambda v: v in ("earliest", "latest")), "earliest or latest")),
+    _key("share.coordinator.state.topic.num.partitions", int, 50, "Partitions of __share_group_state (fixed once the topic exists).", _at_least(1)),
+    _key("share.coordinator.state.topic.replication.factor", int, 3, "Replicas of __share_group_state; capped at the number of registered brokers when it is created.", _at_least(1)),
     _key("log.cleaner.enable", bool, True, "Run the log cleaner (compaction of cleanup.policy=compact topics).", None),
     _key("log.cleaner.backoff.ms", int, 15_000, "How long the cleaner sleeps when no log is cleanable.", _at_least(0)),
     _key("log.cleaner.io.max.bytes.per.poll", int, MIB, "Bytes the cleaner reads per step, so one step never holds up produce for long.", _at_least(1024)),
@@ -340,6 +348,14 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_commit_timeout_ms: int = 5000
+    share_record_lock_duration_ms: int = 30_000
+    share_delivery_attempt_limit: int = 5
+    share_partition_max_record_locks: int = 2000
+    share_session_timeout_ms: int = 45_000
+    share_heartbeat_interval_ms: int = 5000
+    share_auto_offset_reset: str = "latest"
+    share_coordinator_state_topic_num_partitions: int = 50
+    share_coordinator_state_topic_replication_factor: int = 3
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_io_max_bytes_per_poll: int = MIB

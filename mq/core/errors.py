@@ -3,7 +3,7 @@
 Codes keep Kafka's numbers where Kafka has the same error, so a reader can look
 them up in Kafka's protocol guide; mq-only errors use numbers from 1000 up (those of
 mirror topics, ``mq.broker.mirror``, from 1100; those of conflict policies, ``mq.core.conflict``,
-from 1200).
+from 1200; those of share groups, ``mq.coordinator.share_coordinator``, from 1300).
 Errors are values: a response carries an ``ErrorCode``; a client turns a non-zero
 code into an ``MqError`` with ``error.code.retriable`` telling it whether to retry.
 """
@@ -79,6 +79,8 @@ class ErrorCode(IntEnum):
     INVALID_RECORD = (87, False, "A record failed validation.")
     INVALID_UPDATE_VERSION = (95, False, "The partition epoch in AlterPartition is not current.")
     PRODUCER_FENCED = (90, False, "A newer instance of this producer (same transactional id) has fenced this one.")
+    FENCED_MEMBER_EPOCH = (110, False, "The member epoch is not the member's current one: heartbeat again (epoch 0 rejoins).")
+    INVALID_RECORD_STATE = (121, False, "The acknowledged record is not acquired by this member (never handed out, already acknowledged, or its lock expired).")
     INELIGIBLE_REPLICA = (107, False, "The proposed ISR holds a fenced, shut-down or restarted broker.")
     THROTTLED = (1000, True, "A quota was exceeded; back off and retry.")
     UNSUPPORTED_API = (1001, False, "The API key is not known to this broker.")
@@ -91,6 +93,7 @@ class ErrorCode(IntEnum):
     MIRROR_OFFSET_GAP = (1103, False, "The batch (or the fetch offset) is past the mirror topic's log end; records in between are missing.")
     NOT_HOME_REGION = (1200, False, "The topic's conflict.policy is home-region and the record's key lives in another region: produce there.")
     INVALID_HLC = (1201, False, "The topic's conflict.policy is last-writer-wins and a keyed record's mq.hlc header is missing or malformed.")
+    SHARE_PARTITION_NOT_HOSTED = (1300, True, "The share coordinator holds no replica of the partition, so it cannot hand out its records.")
 
 
 class MqError(Exception):

@@ -12,6 +12,7 @@ from mq.protocol import inter_broker as ib
 from mq.protocol import messages as m
 from mq.protocol import mirror_messages as mirror
 from mq.protocol import producer_messages as producer
+from mq.protocol import share_messages as share
 from mq.protocol.schema import decoder_for, encoder_for
 
 CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
@@ -20,7 +21,7 @@ CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
         m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.MetadataRequest, m.ApiVersionsRequest,
         m.CreateTopicsRequest, m.DeleteTopicsRequest, m.DeleteRecordsRequest, m.DescribeConfigsRequest,
         m.AlterConfigsRequest, m.CreatePartitionsRequest, *g.GROUP_REQUESTS,
-        *producer.PRODUCER_REQUESTS, *mirror.MIRROR_REQUESTS,
+        *producer.PRODUCER_REQUESTS, *mirror.MIRROR_REQUESTS, *share.SHARE_REQUESTS,
     )
 }
 

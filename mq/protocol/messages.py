@@ -44,9 +44,15 @@ class ApiKey(IntEnum):
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
     RAFT = 1000  # mq's own: one Raft message between metadata quorum voters
     MIRROR_APPEND = 1001  # mq's own: a mirror appends a source region's batches at their offsets
     MIRROR_TRUNCATE = 1002  # mq's own: cut a mirror topic's partition on every replica
+    LIST_SHARE_GROUPS = 1300  # mq's own: Kafka lists share groups with ListGroups(types=[share])
+    DELETE_SHARE_GROUPS = 1301  # mq's own: Kafka deletes them with DeleteGroups
 
 
 class Message:
