@@ -34,9 +34,10 @@ from pathlib import Path
 
 import pytest
 
+from mq.core.types import TopicPartition
 from tests.integration.cli.helpers import base_env, free_listen, run_mq
 from tests.integration.cli.test_cli_geo import free_block
-from tests.integration.mirror.harness import wait_for
+from tests.integration.mirror.harness import high_watermarks, wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, lines_until, shell
 from tests.integration.mirror.test_mirror_cut_link import valid
 
@@ -48,6 +49,8 @@ PARTITIONS = 3
 class Deployment:
     cwd: Path
     env: dict
+    east: str  # bootstrap addresses, for the independent reader (never through the link)
+    west: str
 
 
 @pytest.fixture
@@ -79,7 +82,7 @@ def active_active(tmp_path: Path) -> Iterator[Deployment]:
             made = run_mq("topic", "create", "orders", "--region", region, "--partitions", str(PARTITIONS),
                           env=env, cwd=tmp_path)
             assert made.returncode == 0, made.stderr
-        yield Deployment(tmp_path, env)
+        yield Deployment(tmp_path, env, east, west)
     finally:
         down = run_mq("down", env=env, cwd=tmp_path, timeout=60)
         assert down.returncode == 0, down.stderr
@@ -212,3 +215,103 @@ def test_translated_failover_under_load_loses_nothing_committed_and_rereads_with
 def test_translated_failover_under_heavier_load_for_longer(active_active: Deployment) -> None:
     figures = failover_under_load(active_active, per_s=3_000, consume_s=20.0, after_s=20.0)
     print(f"translated fail-over under load (nightly): {figures}")
+
+
+# ---------------------------------------------------------------- a cut link
+
+
+def orders_of(doc: dict) -> dict[int, dict]:
+    return {p["partition"]: p for p in doc.get("partitions", []) if p["topic"] == "orders"}
+
+
+def ends(bootstrap: str, topic: str) -> dict[int, int]:
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    return {tp.partition: end for tp, end in high_watermarks(bootstrap, tps).items()}
+
+
+@pytest.mark.slow
+def test_a_cut_link_shows_an_active_active_flows_lag_as_a_lower_bound_and_an_estimate_then_it_catches_up(
+        active_active: Deployment) -> None:
+    d = active_active
+    rate = 300  # records/s into east, ~100 per partition
+    producer = SteadyProducer(d, rate)
+    try:
+        def following() -> dict | None:
+            doc = mirror_status(d)
+            parts = orders_of(doc)
+            ok = len(parts) == PARTITIONS and doc["state"] == "running" and not doc["source_unreachable"] and all(
+                (p["source_rate_per_s"] or 0) > rate / PARTITIONS / 2 and (p["lag_records"] or 0) < 200
+                for p in parts.values())
+            return doc if ok else None
+
+        heard = wait_for(following, 30, "the flow to follow east and know its rate")
+        assert heard["lag_records_estimate"] is None and not heard["lag_records_lower_bound"]
+        cut = run_mq("link", "cut", "east", "west", env=d.env, cwd=d.cwd)  # blackhole: fetches go unanswered
+        assert cut.returncode == 0, cut.stderr
+        cut_ms = time.time() * 1000
+
+        def silent() -> dict | None:
+            doc = mirror_status(d)
+            parts = orders_of(doc)
+            ok = doc.get("source_unreachable") and len(parts) == PARTITIONS and all(
+                p["source_unreachable"] and p["source_silent_s"] >= 3.0 for p in parts.values())
+            return doc if ok else None
+
+        wait_for(silent, 30, "the status to say east is not heard for 3 s")
+        east_before = ends(d.east, "orders")
+        doc = silent()
+        east_after = ends(d.east, "orders")
+        table = run_mq("mirror", "status", "--flow", "east-to-west", env=d.env, cwd=d.cwd).stdout.decode()
+        overview = run_mq("status", env=d.env, cwd=d.cwd).stdout.decode()
+        overview_json = json.loads(run_mq("status", "--json", env=d.env, cwd=d.cwd).stdout)
+        assert producer.running(), "east must keep taking writes while the link is cut"
+        west = ends(d.west, "east.orders")
+        assert doc is not None and doc["state"] == "stalled" and doc["mode"] == "active-active"
+        assert doc["lag_records_lower_bound"] and doc["source_heard_at_ms"] <= cut_ms + 1_000
+        assert "source region east unreachable" in doc["reason"]
+        for partition, p in orders_of(doc).items():
+            low, high = east_before[partition] - west[partition], east_after[partition] - west[partition]
+            print(f"orders-{partition}: missing in west {low}..{high}; status: lag >= {p['lag_records']}, "
+                  f"estimate ~{p['lag_records_estimate']} ({p['source_rate_per_s']} rec/s x "
+                  f"{p['source_silent_s']} s)")
+            assert p["state"] == "stalled" and "no answer from the source" in p["reason"]
+            assert p["remote_topic"] == "east.orders" and p["mirrored_end"] == west[partition]  # one for one
+            assert p["source_seen_wall_ms"] <= cut_ms + 1_000
+            assert p["lag_records"] == p["source_end"] - p["mirrored_end"] <= low  # a lower bound
+            assert low >= rate / PARTITIONS * 2  # east kept taking writes: a lag of 0 would be false
+            assert abs(p["lag_records_estimate"] - p["lag_records"]
+                       - p["source_rate_per_s"] * p["source_silent_s"]) <= 2
+            assert 0.5 * low <= p["lag_records_estimate"] <= 1.5 * high, (p, low, high)
+        assert doc["lag_records_estimate"] is not None and doc["lag_records_estimate"] >= sum(
+            p["lag_records_estimate"] for p in orders_of(doc).values())
+
+        assert "source east not heard for" in table and "a lower bound" in table and "estimate ~" in table, table
+        rows = [line.split() for line in table.splitlines() if line.startswith("orders ")]
+        assert len(rows) == PARTITIONS and all(r[2] == "stalled" and r[5].startswith(">=") and r[6].startswith("~")
+                                               for r in rows), table
+        line = next(line for line in overview.splitlines() if "east-to-west" in line and "active-active" in line)
+        assert "stalled" in line and ">=" in line and "~" in line, overview
+        valid("mq status", overview_json)
+        flow = next(f for f in overview_json["flows"] if f["name"] == "east-to-west")
+        assert flow["mirror_status"]["source_unreachable"] and flow["mirror_status"]["lag_records_estimate"]
+
+        healed = run_mq("link", "heal", "east", "west", env=d.env, cwd=d.cwd)
+        assert healed.returncode == 0, healed.stderr
+
+        def heard_again() -> dict | None:
+            doc = mirror_status(d)
+            parts = orders_of(doc)
+            ok = doc.get("state") == "running" and not doc.get("source_unreachable") and len(parts) == PARTITIONS \
+                and all(not p["source_unreachable"] and p["lag_records_estimate"] is None for p in parts.values())
+            return doc if ok else None
+
+        after = wait_for(heard_again, 30, "the flow to hear east again")
+        assert not after["lag_records_lower_bound"] and after["lag_records_estimate"] is None
+        written = producer.stop()
+    finally:
+        producer.kill()
+    copied = wait_for(lambda: (r := consume("east.orders --region west", d.env, d.cwd)) and len(r) >= written and r,
+                      60, f"all {written} records of east in west")
+    assert Counter(r["value"] for r in copied) == Counter(f"e-{i}" for i in range(1, written + 1))
+    wait_for(lambda: (doc := mirror_status(d)) and doc["lag_records"] == 0 and doc["state"] == "running", 30,
+             "the flow to catch up (lag 0)")
