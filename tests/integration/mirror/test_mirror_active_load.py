@@ -157,7 +157,8 @@ def failover_under_load(d: Deployment, *, per_s: int, consume_s: float, after_s:
         moved = run_mq("mirror", "failover", "--to", "west", "--group", "billing", "--translate", "--json",
                        env=d.env, cwd=d.cwd, timeout=90)
         assert moved.returncode == 0, moved.stderr
-        report = json.loads(moved.stdout)  # one flow into west: one report
+        report = valid("mq mirror failover --to REGION --group G --translate --json",
+                       json.loads(moved.stdout))  # one flow into west: one report
         assert (report["flow"], report["basis"], report["group"]) == ("east-to-west", "source", "billing")
         rows = {p["partition"]: p for p in report["partitions"]}
         assert {p: r["committed"] for p, r in rows.items()} == committed, (rows, committed)
