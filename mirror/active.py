@@ -37,12 +37,13 @@ from mirror.metrics import FlowMetrics
 from mirror.offset_syncs import send_offset_syncs
 from mirror.partition import Gap, PartitionState, PartitionStatus
 from mirror.remote import Route, Stamper
+from mirror.source_rate import SourceEndHistory, lag_estimate
 from mirror.translation import OffsetSyncEmitter, OffsetSyncStore
 from mq.client import Admin, Producer
 from mq.client.cluster import cancel_tasks
 from mq.client.mirror_admin import OffsetOutOfRange, RawFetch
 from mq.core.clock import Clock
-from mq.core.errors import MqError
+from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from mq.protocol.errors import ProtocolError
 from mq.protocol.record_batch import decode_record_columns, iter_batches
@@ -52,6 +53,11 @@ log = logging.getLogger("mirror")
 RECORD_BYTES = 200  # a record's share of a write besides key and value: its headers, provenance included
 
 Write = tuple[int, int, "bytes | None", "bytes | None", tuple, int]  # offset, ts, key, value, headers, bytes
+
+# A fetch that failed with one of these had no answer from the source (connection refused or
+# lost, request timed out): the link or the source region is down, not the partition.
+UNANSWERED = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+STALL_TIMEOUT_MS = 5_000  # a fetch unanswered this long: the source is not heard
 
 
 class PartitionBlocked(Exception):
@@ -130,9 +136,50 @@ class RemotePartition:
         self.restarts = 0
         self.gaps: deque[Gap] = deque(maxlen=100)
         self.gap_records = 0
+        # what is known of a source that does not answer (mirror.source_rate; as PartitionMirror)
+        self.source_history = SourceEndHistory()
+        self.source_unreachable = False
+        self.fetching_since_ms: int | None = None
+        self.stall_timeout_ms = STALL_TIMEOUT_MS
+
+    # ------------------------------------------------------------------ the source, heard or not
+
+    def fetch_asked(self, now_ms: int) -> None:
+        """A fetch is asked of the source (monotonic ``now_ms``)."""
+        if self.fetching_since_ms is None:
+            self.fetching_since_ms = now_ms
+
+    def source_answered(self, wall_ms: int, high_watermark: int, log_start_offset: int) -> None:
+        """The source answered a fetch (records, nothing new, or out of range)."""
+        self.fetching_since_ms = None
+        self.source_end, self.source_log_start, self.source_seen_wall_ms = high_watermark, log_start_offset, wall_ms
+        self.source_history.observe(wall_ms, high_watermark)
+        self.source_unreachable = False
+        if self.state == PartitionState.STALLED:  # stalled on the source, which answers again
+            self.state, self.reason = PartitionState.RUNNING, ""
+
+    def source_failed(self, error: MqError) -> None:
+        """A fetch failed: with no answer at all (``UNANSWERED``), the source is not heard."""
+        self.fetching_since_ms = None
+        if error.code in UNANSWERED:
+            self.source_unreachable = True
+
+    def seed_source(self, *, source_end: int, seen_wall_ms: int | None, rate_per_s: float | None) -> None:
+        """What a previous mirror process last knew of the source (its status file), kept
+        while this one has not heard the source yet."""
+        if self.source_end is None:
+            self.source_end, self.source_seen_wall_ms = source_end, seen_wall_ms
+            self.source_history.seed(rate_per_s)
 
     def tick(self, now_ms: int) -> None:
-        """The runner calls it before a status snapshot (``PartitionMirror``'s interface)."""
+        """The runner calls it before a status snapshot (``PartitionMirror``'s interface): a
+        fetch unanswered for ``stall_timeout_ms`` means the source is not heard."""
+        if self.fetching_since_ms is not None and now_ms - self.fetching_since_ms > self.stall_timeout_ms:
+            self.source_unreachable = True
+            if self.state != PartitionState.BLOCKED:
+                self.state = PartitionState.STALLED
+                self.reason = (f"no answer from the source for {now_ms - self.fetching_since_ms} ms "
+                               f"(link down or source leader unreachable)")
 
     def lag_records(self) -> int | None:
         if self.source_end is None or self.fetch_offset is None:
@@ -140,14 +187,27 @@ class RemotePartition:
         return max(0, self.source_end - self.fetch_offset)
 
     def status(self, wall_ms: int) -> PartitionStatus:
+        """As ``PartitionMirror.status``: while the source is not heard, the lag is the last
+        known source end minus what is copied (a lower bound as of ``source_seen_wall_ms``)
+        and the estimate adds the last known produce rate x the silence."""
         lag = self.lag_records()
-        lag_s = 0.0 if lag == 0 else (max(0.0, (wall_ms - self.last_ts) / 1000)
-                                      if lag is not None and self.last_ts is not None else None)
+        if lag == 0:
+            lag_s = None if self.source_unreachable else 0.0
+        else:
+            lag_s = (max(0.0, (wall_ms - self.last_ts) / 1000)
+                     if lag is not None and self.last_ts is not None else None)
+        seen = self.source_seen_wall_ms
+        silent_ms = max(0, wall_ms - seen) if seen is not None else None
+        rate = self.source_history.rate_per_s()
+        estimate = lag_estimate(lag, rate, silent_ms) \
+            if self.source_unreachable and silent_ms is not None else None
         return PartitionStatus(
             self.tp.topic, self.tp.partition, self.state, self.reason, self.source_end, self.source_log_start,
             self.fetch_offset, lag, lag_s, self.latency.percentile(0.5, wall_ms),
             self.latency.percentile(0.99, wall_ms), self.records_mirrored, self.bytes_mirrored, self.gap_records,
-            tuple((g.from_offset, g.to_offset) for g in self.gaps), self.source_seen_wall_ms)
+            tuple((g.from_offset, g.to_offset) for g in self.gaps), seen, self.source_unreachable,
+            None if silent_ms is None else round(silent_ms / 1000, 3), None if rate is None else round(rate, 1),
+            estimate)
 
     def status_json(self, wall_ms: int) -> dict:
         doc = self.status(wall_ms).to_json()
@@ -266,6 +326,7 @@ class ActiveCopier:
         self.metrics.error("append")
         rp.state, rp.reason = PartitionState.STALLED, reason
         rp.fetch_offset = None
+        rp.fetching_since_ms = None  # the fetch in flight, if any, is dropped
         rp.restarts += 1
         log.info("event=partition_restart flow=%s topic=%s partition=%d reason=\"%s\"",
                  self.flow, rp.tp.topic, rp.tp.partition, reason)
@@ -313,17 +374,19 @@ class ActiveCopier:
 
     async def _fetch(self, rp: RemotePartition, offset: int) -> Fetched | None:
         """Steps 2 and 3: fetch at ``offset`` and decide; None after a source error (backed off)."""
+        rp.fetch_asked(self.clock.monotonic_ms())
         result = await self.fetcher.fetch(rp.tp, offset)
         wall = self.clock.wall_ms()
         if isinstance(result, OffsetOutOfRange):
+            rp.source_answered(wall, result.high_watermark, result.log_start_offset)
             return Fetched([], self._out_of_range(rp, offset, result, wall), 0)
         if isinstance(result, MqError):
+            rp.source_failed(result)
             self.metrics.error("fetch")
             rp.state, rp.reason = PartitionState.STALLED, f"source fetch failed: {result}"
             await asyncio.sleep(self.retry_backoff_ms / 1000)
             return None
-        rp.source_end, rp.source_log_start, rp.source_seen_wall_ms = (result.high_watermark,
-                                                                      result.log_start_offset, wall)
+        rp.source_answered(wall, result.high_watermark, result.log_start_offset)
         try:
             return self._decide(rp, result, offset)
         except ProtocolError as exc:

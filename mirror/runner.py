@@ -200,8 +200,9 @@ class FlowRunner:
         copier.set_partitions(remote)
         for tp, rp in copier.partitions.items():
             known = self._last_known.get(tp)
-            if rp.source_end is None and known is not None:
-                rp.source_end = known["source_end"]
+            if known is not None:
+                rp.seed_source(source_end=known["source_end"], seen_wall_ms=known.get("source_seen_wall_ms"),
+                               rate_per_s=known.get("source_rate_per_s"))
         self.heartbeats.disabled_reason = await self.discovery.ensure_heartbeats_topic()
 
     def _set_partitions(self, tps: list[TopicPartition]) -> None:

@@ -33,7 +33,7 @@ from mirror.flow_config import FlowConfig, FlowConfigError
 from mirror.offset_syncs import load_offset_syncs, read_checkpoints
 from mirror.remote import Route, replication_policy, topic_route
 from mirror.status import format_table
-from mirror.translation import OffsetSyncStore, latest_checkpoints
+from mirror.translation import OffsetSyncStore, Translation, latest_checkpoints
 from mq.client import Admin
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
@@ -72,6 +72,10 @@ def plan_partitions(committed: Mapping[TopicPartition, int], store: OffsetSyncSt
         if name is None or committed[tp] < 0:
             continue
         t = store.translate_bounded(tp, committed[tp])
+        if t is None and committed[tp] == 0:
+            # G read nothing there (an empty partition, or nothing consumed): it starts at the
+            # remote partition's beginning; no sync needed, nothing to read again
+            t = Translation(0, 0, 0, True)
         previous = target_offsets.get(TopicPartition(name, tp.partition))
         if t is None:
             action = "untranslatable"
@@ -192,3 +196,7 @@ def print_translated(report: dict) -> None:
                        rows))
     if not rows:
         print(f"  (no committed offsets of {report['group']} on topics this flow copies)")
+    if any(p["action"] == "untranslatable" for p in report["partitions"]):
+        print(f"  untranslatable: no offset sync in {report['region']} at or before the committed offset (the "
+              f"flow's syncs start past it: it began copying later, or the syncs were lost); "
+              f"{report['group']} gets no offset there and starts per its auto.offset.reset")

@@ -343,7 +343,8 @@ def plan_checkpoints(committed: Mapping[tuple[str, TopicPartition], tuple[int, s
     """The checkpoints to write now: ``committed`` maps (group, source tp) to (committed
     offset, metadata); ``remote_topics`` a source topic to its remote name; ``emitted``
     what was written before (a checkpoint is written again only when it changed). An
-    offset that cannot be translated yet gets no checkpoint."""
+    offset that cannot be translated yet gets no checkpoint; offset 0 (nothing consumed)
+    is 0 in the remote partition, sync or not."""
     out: list[Checkpoint] = []
     for (group, tp) in sorted(committed, key=lambda k: (k[0], k[1].topic, k[1].partition)):
         offset, metadata = committed[(group, tp)]
@@ -351,6 +352,8 @@ def plan_checkpoints(committed: Mapping[tuple[str, TopicPartition], tuple[int, s
         if remote is None or offset < 0:
             continue
         downstream = store.translate(tp, offset)
+        if downstream is None and offset == 0:
+            downstream = 0  # nothing consumed: the start of the remote partition (no sync needed)
         if downstream is None:
             continue
         cp = Checkpoint(group, tp, remote, offset, downstream, metadata)

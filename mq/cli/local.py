@@ -269,7 +269,12 @@ def _print_up_regions(result, asked) -> None:
     out.print(f"  mq topic create orders --region {first} --partitions 3 --replication-factor 3 "
               "--config min.insync.replicas=2")
     out.print(f"  seq 1 1000 | sed 's/^/order-/' | mq produce orders --region {first}")
-    out.print(f"  mq consume orders --region {last} --from-beginning --max-messages 5")
+    if any(f.mode == "active-active" for f in deployment.flows):
+        # east's orders is the remote topic east.orders in the other regions (mirror.remote's naming)
+        out.print(f"  mq consume --region {last} --include '^(orders|{first}\\.orders)$' --from-beginning "
+                  "--max-messages 5")
+    else:
+        out.print(f"  mq consume orders --region {last} --from-beginning --max-messages 5")
     if deployment.links:
         x = deployment.links[0]
         out.print(f"  mq link set {x.source} {x.target} --latency-ms 80{data_flag}    mq link list{data_flag}")

@@ -13,7 +13,12 @@ import json
 from dataclasses import dataclass
 
 from mq.cli.schema_kit import BOOL, BYTES, INT, NUM, STR, Schema, _t, arr, nullable, obj
-from mq.cli.schemas_mirror import MIRROR_FAILBACK, MIRROR_FAILOVER, MIRROR_STATUS
+from mq.cli.schemas_mirror import (
+    MIRROR_FAILBACK,
+    MIRROR_FAILOVER,
+    MIRROR_FAILOVER_TRANSLATED,
+    MIRROR_STATUS,
+)
 from mq.cli.schemas_share import SHARE_GROUP_DESCRIBE, SHARE_GROUP_LIST
 
 IDS = arr({"type": "integer"}, "broker ids")
@@ -223,6 +228,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("mq dump-log FILE --json", DUMP_LOG, lines=True),
     Output("mq mirror status --flow NAME --json", MIRROR_STATUS),
     Output("mq mirror failover --to REGION --json", MIRROR_FAILOVER),
+    Output("mq mirror failover --to REGION --group G --translate --json", MIRROR_FAILOVER_TRANSLATED),
     Output("mq mirror failback --to REGION --json", MIRROR_FAILBACK),
 )
 

@@ -145,6 +145,28 @@ MIRROR_FAILOVER = obj(
                                                 "promoted region"), skipped=STR("why not synced")),
                 "groups and where they resume"))
 
+MIRROR_FAILOVER_TRANSLATED = obj(
+    "`--translate`: one group moved across one active-active flow (an array when several flows go into "
+    "the region, or several groups move)",
+    flow=STR("flow name"), source=STR("the region the group consumed in"),
+    region=STR("the region the group moves to"), group=STR("group id"),
+    basis=STR("source: the group's commits asked of the source; checkpoint: the source did not answer, the "
+              "mirror's last checkpoints in the region stand for them", enum=["source", "checkpoint"]),
+    partitions=arr(obj(
+        "one source partition the group committed on",
+        source_topic=STR("the topic in the source, e.g. orders"),
+        remote_topic=STR("its remote topic in the region, e.g. east.orders"), partition=PARTITION,
+        committed=INT("the group's committed offset in the source (the next record it reads there)"),
+        translated=nullable(INT("the offset in the remote topic standing for it: never past the record it "
+                                "stands for"), "untranslatable: no offset sync at or before it"),
+        reread_bound=nullable(INT("records the group may read again from there (0 when exact)"),
+                              "untranslatable"),
+        exact=BOOL("translated at a sync or inside a one-for-one run: nothing read again"),
+        previous=nullable(INT("the group's committed offset in the remote topic before"), "none"),
+        action=STR("committed, kept (already at or past it: never moved back) or untranslatable (left alone)",
+                   enum=["committed", "kept", "untranslatable"])),
+        "by source topic and partition"))
+
 MIRROR_FAILBACK = obj(
     "the fail-back summary of one flow (an array when several flows come out of the region)",
     flow=STR("flow name"), writer=STR("the writer region again"), topics=arr(STR("topic"), "topics failed back"),

@@ -179,7 +179,7 @@ def test_failover_with_the_link_cut_reports_a_lower_bound_and_an_estimate_and_fa
             writer.stop()
         assert result.returncode == 0, result.stdout + result.stderr
         assert "did not answer" in result.stderr and "lower bound" in result.stderr
-        report = valid("mq mirror failover", json.loads(result.stdout))
+        report = valid("mq mirror failover --to REGION --json", json.loads(result.stdout))
         promotion = report["promotion_ends"]["orders"]
         assert not report["records_at_risk_exact"]
         rows = {TopicPartition(r["topic"], r["partition"]): r for r in report["partitions"]}

@@ -86,7 +86,7 @@ def test_failover_reports_the_records_at_risk_exactly_and_groups_resume_at_synce
     result = run_cli("failover", "--cluster", cluster, "--to", "west", "--group", "billing", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    jsonschema.Draft202012Validator(schemas.schema_of("mq mirror failover").schema).validate(report)
+    jsonschema.Draft202012Validator(schemas.schema_of("mq mirror failover --to REGION --json").schema).validate(report)
     rows = {(p["topic"], p["partition"]): p for p in report["partitions"]}
     for tp in TPS:
         row = rows[(tp.topic, tp.partition)]

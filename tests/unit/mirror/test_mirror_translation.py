@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mirror.translated_failover import plan_partitions
 from mirror.translation import (
     MALFORMED_SYNC,
     Checkpoint,
@@ -292,6 +293,9 @@ def test_checkpoints_translate_committed_offsets_and_are_written_again_only_on_c
     moved = plan_checkpoints({**committed, ("ops", TP): (100, "")}, store, {"orders": "east.orders"}, emitted)
     assert [c.downstream_offset for c in moved] == [1000]
     assert plan_checkpoints({("g", TP): (7, "")}, OffsetSyncStore(), {"orders": "east.orders"}, {}) == []
+    # nothing consumed (an empty partition): the start of the remote partition, no sync needed
+    assert plan_checkpoints({("g", TP): (0, "")}, OffsetSyncStore(), {"orders": "east.orders"}, {}) == [
+        Checkpoint("g", TP, "east.orders", 0, 0, "")]
     for cp in first:
         assert decode_checkpoint(*encode_checkpoint(cp)) == cp
     latest = latest_checkpoints([*first, *moved], "ops")
@@ -301,3 +305,15 @@ def test_checkpoints_translate_committed_offsets_and_are_written_again_only_on_c
 def test_a_malformed_checkpoint_is_named() -> None:
     with pytest.raises(TranslationFormatError, match="checkpoint value has no 'remote_topic'"):
         decode_checkpoint(b'{"group":"g","topic":"t","partition":0}', b"{}")
+
+
+def test_a_translated_fail_over_plans_each_partition_and_starts_unconsumed_ones_at_zero() -> None:
+    store = OffsetSyncStore()
+    store.add(OffsetSync(TP, 100, 1000, 100))
+    empty, later = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    store.add(OffsetSync(later, 50, 20, 0))
+    rows = {r.partition: r for r in plan_partitions({TP: 60, empty: 0, later: 10}, store,
+                                                    {"orders": "east.orders"}, {})}
+    assert (rows[3].translated, rows[3].reread_bound, rows[3].action) == (960, 0, "committed")
+    assert (rows[0].translated, rows[0].reread_bound, rows[0].exact, rows[0].action) == (0, 0, True, "committed")
+    assert rows[1].translated is None and rows[1].action == "untranslatable"  # before every sync, not 0
