@@ -405,6 +405,15 @@ class FetchTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """In a read_committed fetch answer: ``producer_id``'s transactional records from
+    ``first_offset`` up to its ABORT marker are to be dropped."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchPartitionResponse:
     partition: int
     error_code: int
@@ -415,6 +424,7 @@ class FetchPartitionResponse:
     error_message: str = ""
     diverging_epoch: int = -1  # set (with no records) when the follower's log diverged
     diverging_end_offset: int = -1  # end offset of diverging_epoch on the leader
+    aborted_transactions: list[AbortedTransaction] | None = None  # read_committed only
 
 
 @dataclass(frozen=True, slots=True)
