@@ -12,7 +12,12 @@ from mq.client.internals.subscription import SubscriptionState
 from mq.core.errors import MqError
 from mq.core.types import TopicPartition
 from mq.protocol.control_batch import ControlType, build_marker
-from mq.protocol.messages import AbortedTransaction, FetchPartitionResponse, FetchResponse, FetchTopicResponse
+from mq.protocol.messages import (
+    AbortedTransaction,
+    FetchPartitionResponse,
+    FetchResponse,
+    FetchTopicResponse,
+)
 from mq.protocol.record_batch import build_batch
 from tests.unit.storage.storage_helpers import NOW, open_log
 
