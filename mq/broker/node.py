@@ -49,6 +49,7 @@ from mq.broker.produce import AcksAllWaits, DelayedProduce, handle_produce
 from mq.broker.producer_ids import ProducerIdManager, handle_init_producer_id
 from mq.broker.replicas import ReplicaManager
 from mq.broker.stats import BrokerStats
+from mq.broker.txn_service import TXN_APIS, TxnService
 from mq.core.config import BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
@@ -63,6 +64,7 @@ from mq.protocol.messages import (
     Request,
     Response,
 )
+from mq.protocol.producer_messages import InitProducerIdRequest
 from mq.replication import (
     AlterPartitionRequest,
     FollowerFetchResult,
@@ -135,6 +137,8 @@ class BrokerNode:
         self.producer_ids = ProducerIdManager()
         self.groups = GroupService(self, rng=rng.fork("groups"), new_op_id=self._new_op_id,
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
+        self.txns = TxnService(self, new_op_id=self._new_op_id,
+                               complete=lambda op_id, response: self._completions.append((op_id, response)))
         self.mirror = MirrorRequests(self, new_op_id=self._new_op_id,
                                      complete=lambda op_id, response: self._completions.append((op_id, response)))
         self._handlers: dict[ApiKey, Callable[[Request, int], Response | Pending | None]] = {
@@ -148,7 +152,8 @@ class BrokerNode:
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
             ApiKey.MIRROR_APPEND: self.mirror.append,  # type: ignore[dict-item]
             ApiKey.MIRROR_TRUNCATE: self.mirror.truncate,  # type: ignore[dict-item]
-            ApiKey.INIT_PRODUCER_ID: lambda r, now: handle_init_producer_id(self, r),  # type: ignore[arg-type]
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,  # type: ignore[dict-item]
+            **{key: self.txns.handle_for_node for key in TXN_APIS},  # type: ignore[dict-item]
         }
 
     # ------------------------------------------------------------ life cycle
@@ -264,6 +269,11 @@ class BrokerNode:
         self._next_op_id += 1
         return self._next_op_id
 
+    def _init_producer_id(self, request: InitProducerIdRequest, now_ms: int) -> Response | Pending:
+        if request.transactional_id is not None:  # the transaction coordinator's
+            return self.txns.handle(request, now_ms=now_ms)
+        return handle_init_producer_id(self, request)
+
     def _produce(self, request: ProduceRequest, now_ms: int) -> Response | Pending | None:
         outcome = handle_produce(self, request, now_ms=now_ms)
         if request.acks == 0:
@@ -368,6 +378,7 @@ class BrokerNode:
                                              destination=controller)
             out.append(Outbound(controller, request, tag))
         out.extend(self.control.take_outbound())
+        out.extend(self.txns.take_outbound())
         return out
 
     def on_response(self, tag: int, response: Response | None, *, now_ms: int) -> None:
@@ -380,6 +391,8 @@ class BrokerNode:
                 if not cut.mirror_topic:
                     self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
                 self._unclean_truncations.append(cut)
+        elif self.txns.owns_tag(tag):
+            self.txns.on_response(tag, response, now_ms=now_ms)
         elif self._isr.owns(tag):
             for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
                 self._moved[tp] = None
@@ -477,6 +490,9 @@ class BrokerNode:
                 if self.groups.owns(completion.request_id):
                     self.groups.on_write_done(completion)
                     continue
+                if self.txns.owns(completion.request_id):
+                    self.txns.on_write_done(completion)
+                    continue
                 response = self._acks_all.complete(completion)
                 if response is not None:
                     self._completions.append((completion.request_id, response))
@@ -506,6 +522,8 @@ class BrokerNode:
         for op_id, response in self.control.take_completions():
             tag = self._local_alter_ops.pop(op_id, None)
             if tag is None and self.groups.creator.on_completion(op_id, response, now_ms=now_ms):
+                continue
+            if tag is None and self.txns.creator.on_completion(op_id, response, now_ms=now_ms):
                 continue
             if tag is None:
                 self._completions.append((op_id, response))
@@ -540,6 +558,7 @@ class BrokerNode:
             self._moved[tp] = None
             self._wake_fetches_removed(tp)  # NOT_LEADER / new epoch: clients re-route
         self.groups.on_publish(result, now_ms=now_ms)
+        self.txns.on_publish(result)
 
     def _wake_fetches_removed(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
@@ -584,6 +603,7 @@ class BrokerNode:
             self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
             self.check_isr(now_ms=now_ms)
         groups_deadline = self.groups.poll(now_ms=now_ms)
+        txns_deadline = self.txns.poll(now_ms=now_ms)
         cleaner_deadline = self.log_cleaner.poll(
             {tp: (p.log, p.high_watermark) for tp, p in self.partitions.items() if not p.log.is_offline},
             now_ms=now_ms)
@@ -592,7 +612,7 @@ class BrokerNode:
                      self._next_producer_expiry_ms,
                      now_ms + 1000, control_deadline]
         for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms, groups_deadline,
-                      cleaner_deadline):
+                      cleaner_deadline, txns_deadline):
             if extra is not None:
                 deadlines.append(extra)
         return max(now_ms, min(deadlines))

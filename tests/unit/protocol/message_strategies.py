@@ -11,7 +11,7 @@ import typing
 
 from hypothesis import strategies as st
 
-from mq.protocol import group_messages, inter_broker, messages, mirror_messages, producer_messages
+from mq.protocol import group_messages, inter_broker, messages, mirror_messages, producer_messages, txn_messages
 from mq.protocol.messages import Records, Request, Response
 from mq.protocol.reference import example_instance
 from mq.protocol.schema import INT64_MAX, INT64_MIN, field_hints, optional_arg
@@ -49,7 +49,8 @@ def dataclass_strategy(cls: type) -> st.SearchStrategy[typing.Any]:
 
 def _message_classes(base: type) -> list[type]:
     found = [
-        obj for module in (messages, inter_broker, group_messages, mirror_messages, producer_messages) for obj in vars(module).values()
+        obj for module in (messages, inter_broker, group_messages, mirror_messages, producer_messages, txn_messages)
+        for obj in vars(module).values()
         if isinstance(obj, type) and issubclass(obj, base) and dataclasses.is_dataclass(obj)
     ]
     return sorted(found, key=lambda cls: cls.__name__)
