@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from mq.broker.admin import INTERNAL_TOPICS
 from mq.broker.offsets_topic import OffsetsTopicCreator, coordinator_address
 from mq.broker.outbound import Outbound, Pending
+from mq.broker.txn_offsets import TxnOffsets
 from mq.coordinator.records import OFFSETS_TOPIC, CoordinatorRecord
 from mq.coordinator.txn_coordinator import MarkerJob, TransactionCoordinator, TxnConfig, TxnResult
 from mq.coordinator.txn_state import (
@@ -54,6 +55,7 @@ from mq.protocol.txn_messages import (
     EndTxnRequest,
     EndTxnResponse,
     TxnMarkerResult,
+    TxnOffsetCommitRequest,
     TxnPartitionResult,
     TxnTopic,
     TxnTopicResult,
@@ -134,7 +136,8 @@ class TxnService:
         self._outbound: list[Outbound] = []
         self._appends: dict[int, _MarkerAppend] = {}  # purgatory op id -> the append it belongs to
         self._next_expiry_ms = 0
-        self.on_offsets_marker: Callable[[TopicPartition, int, bool, int], None] | None = None
+        self.offsets = TxnOffsets(node, new_op_id=new_op_id, complete=complete)  # type: ignore[arg-type]
+        self.on_offsets_marker: Callable[[TopicPartition, int, bool, int], None] | None = self.offsets.on_marker
 
     # ------------------------------------------------------------ routing
 
@@ -172,6 +175,9 @@ class TxnService:
         if isinstance(request, WriteTxnMarkersRequest):
             self.write_markers(request, lambda response: self._complete(op_id, response), now_ms=now_ms)
             return Pending(op_id, None)
+        if isinstance(request, TxnOffsetCommitRequest):
+            answer = self.offsets.handle(request, op_id=op_id, now_ms=now_ms)
+            return Pending(op_id, None) if answer is None else answer
         tid = request.transactional_id  # type: ignore[attr-defined]
         reply = _replier(request)
         routed = self._route(tid or "")
@@ -245,9 +251,12 @@ class TxnService:
                                        deadline_ms=now_ms + self.node.config.offsets_commit_timeout_ms)
 
     def owns(self, op_id: int) -> bool:
-        return op_id in self._writes or op_id in self._appends
+        return op_id in self._writes or op_id in self._appends or self.offsets.owns(op_id)
 
     def on_write_done(self, completion: ProduceCompletion) -> None:
+        if self.offsets.owns(completion.request_id):
+            self.offsets.on_write_done(completion)
+            return
         code = next(iter(completion.errors.values()), ErrorCode.NONE)
         append = self._appends.pop(completion.request_id, None)
         if append is not None:

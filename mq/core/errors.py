@@ -81,6 +81,7 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = (79, False, "The member must rejoin with the member id in this response (KIP-394).")
     GROUP_MAX_SIZE_REACHED = (81, False, "The group already has group.max.size members.")
     FENCED_INSTANCE_ID = (82, False, "Another member joined with this group.instance.id; this one is fenced.")
+    UNSTABLE_OFFSET_COMMIT = (88, True, "A transaction that commits offsets of this group is completing; retry shortly.")
     INVALID_RECORD = (87, False, "A record failed validation.")
     INVALID_UPDATE_VERSION = (95, False, "The partition epoch in AlterPartition is not current.")
     PRODUCER_FENCED = (90, False, "A newer instance of this producer (same transactional id) has fenced this one.")
