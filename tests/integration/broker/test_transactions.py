@@ -14,7 +14,13 @@ from mq.protocol.group_messages import FindCoordinatorRequest
 from mq.protocol.messages import FetchPartition, FetchRequest, FetchTopic
 from mq.protocol.producer_messages import InitProducerIdRequest
 from mq.protocol.record_batch import iter_batches
-from mq.protocol.txn_messages import AddPartitionsToTxnRequest, EndTxnRequest, TxnTopic
+from mq.protocol.txn_messages import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    TxnTopic,
+    WritableTxnMarker,
+    WriteTxnMarkersRequest,
+)
 
 from ..conftest import BrokerProcess, free_port
 from .raw import RawClient, batch, until, values_of
@@ -126,4 +132,33 @@ def test_bad_transactional_input_is_named_and_harmless(txn_broker):
         assert client.produce("tx-bad", 0, forged, acks=-1).error_code == ErrorCode.INVALID_RECORD
         assert fetch(client, "tx-bad", 0, committed=False).high_watermark == 0
     assert_still_serving(txn_broker)
+    assert_no_traceback(txn_broker)
+
+
+def test_r20_a_delayed_end_txn_of_n_cannot_commit_n_plus_1(txn_broker):
+    """TESTING.md R20: EndTxn(commit) of transaction N is retried late, after N was
+    aborted and N+1 began: it is refused (stale epoch), N+1 is untouched, and a
+    marker of the stale epoch written by hand is refused by the partition too."""
+    with RawClient.to(txn_broker) as client:
+        client.create_topic("tx-r20")
+        pid, epoch = start(client, "r20-1")
+        assert add(client, "r20-1", pid, epoch, "tx-r20") == 0
+        assert client.produce("tx-r20", 0, tx_batch([b"n"], pid, epoch, 0), acks=-1).error_code == 0
+        aborted = client.request(EndTxnRequest("r20-1", pid, epoch, False))  # N aborted: epoch -> 1
+        assert aborted.error_code == 0
+        nxt = aborted.producer_epoch
+        until(lambda: add(client, "r20-1", pid, nxt, "tx-r20"), ok=lambda code: code == 0)  # N+1 begins
+        assert client.produce("tx-r20", 0, tx_batch([b"n+1"], pid, nxt, 0), acks=-1).error_code == 0
+        late = client.request(EndTxnRequest("r20-1", pid, epoch, True))  # the delayed commit of N
+        assert late.error_code == ErrorCode.PRODUCER_FENCED
+        marker = WritableTxnMarker(pid, epoch, True, [TxnTopic("tx-r20", [0])], 0)  # a stale marker of N
+        answer = client.request(WriteTxnMarkersRequest([marker]))
+        assert answer.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert client.request(EndTxnRequest("r20-1", pid, nxt, True)).error_code == 0  # N+1 commits whole
+        done = until(lambda: fetch(client, "tx-r20", 0, committed=True), ok=lambda r: r.last_stable_offset == 4)
+        # raw bytes: N's record (offset 0) is listed as aborted, for the consumer to drop; N+1's is committed
+        assert data_values(done.records) == [b"n", b"n+1"]
+        assert [(t.producer_id, t.first_offset) for t in done.aborted_transactions] == [(pid, 0)]
+        kinds = [(h.base_offset, h.is_control) for _, h in iter_batches(done.records)]
+        assert kinds == [(0, False), (1, True), (2, False), (3, True)]
     assert_no_traceback(txn_broker)
