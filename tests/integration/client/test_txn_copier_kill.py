@@ -5,6 +5,7 @@ every input value exactly once — nothing lost, nothing twice, nothing aborted.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -72,7 +73,7 @@ async def run_copier_with_kills(broker: BrokerProcess, tmp_path: Path, seed: int
     log = tmp_path / f"copier-{seed}.log"
     for _ in range(kills):
         copier = start_copier(broker.bootstrap, source, sink, log)
-        time.sleep(rng.uniform(0.8, 2.5))  # a random point: starting, mid-transaction, committing
+        await asyncio.sleep(rng.uniform(0.8, 2.5))  # a random point: starting, mid-transaction, committing
         copier.send_signal(signal.SIGKILL)
         copier.wait()
     copier = start_copier(broker.bootstrap, source, sink, log)
