@@ -269,6 +269,7 @@ class TxnService:
             write.shard.coordinator.replay_all(write.result.records)
             if write.answer is not None:
                 write.answer(write.result)
+            self._send_markers(self.node._now_ms)  # a Prepare* owes markers: send them now, not at the next poll
         else:
             write.shard.coordinator.fail(write.transactional_id)
             if write.answer is not None:

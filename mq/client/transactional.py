@@ -41,6 +41,7 @@ log = logging.getLogger("mq.client")
 _REFIND = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 TXN_KEY_TYPE = 1
+CONCURRENT_TXN_BACKOFF_MS = 5
 
 
 def _first_error(codes: list[int]) -> ErrorCode:
@@ -97,11 +98,12 @@ class TransactionalProducer:
                 raise MqError(code, f"no coordinator for {key!r}: {message}")
             await self._backoff(deadline, code, message)
 
-    async def _backoff(self, deadline: int, code: ErrorCode, message: str) -> None:
+    async def _backoff(self, deadline: int, code: ErrorCode, message: str, *, short: bool = False) -> None:
         if self.cluster.now_ms() >= deadline:
             raise MqError(code if code.retriable else ErrorCode.REQUEST_TIMED_OUT,
                           f"gave up after max_block_ms={self.max_block_ms}: {message or code.description}")
-        await asyncio.sleep(self.cluster.metadata.retry_backoff_ms / 1000)
+        backoff_ms = self.cluster.metadata.retry_backoff_ms
+        await asyncio.sleep((min(backoff_ms, CONCURRENT_TXN_BACKOFF_MS) if short else backoff_ms) / 1000)
 
     async def _call(self, key: str, key_type: int, request: Request,
                     errors_of: Callable[[Response], list[int]]) -> Response:
@@ -118,7 +120,10 @@ class TransactionalProducer:
                 continue
             code = _first_error(errors_of(response))
             if code in _REFIND or code == ErrorCode.CONCURRENT_TRANSACTIONS:
-                await self._backoff(deadline, code, getattr(response, "error_message", ""))
+                # The previous transaction's markers take a round trip or two: retry soon
+                # (Kafka's producer also shortens its backoff for this answer).
+                await self._backoff(deadline, code, getattr(response, "error_message", ""),
+                                    short=code == ErrorCode.CONCURRENT_TRANSACTIONS)
                 continue
             if code in FATAL_CODES:
                 error = MqError(code, getattr(response, "error_message", "") or code.description)

@@ -22,7 +22,7 @@ from mq.core.types import TopicPartition
 from ..conftest import BrokerProcess, free_port
 
 COPIER = Path(__file__).with_name("txn_copier.py")
-INPUT = 400
+INPUT = 2000
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,12 @@ async def run_copier_with_kills(broker: BrokerProcess, tmp_path: Path, seed: int
         deadline = time.monotonic() + 30
         while _starts(log) <= n and time.monotonic() < deadline:  # it has fenced the last one and resumed
             await asyncio.sleep(0.02)
-        await asyncio.sleep(rng.uniform(0.0, 1.2))  # then a random point: mid-transaction, committing, ...
+        # then a random point: after a random number of commits, a random fraction of a
+        # transaction later (mid-send, mid-offsets, mid-commit, between transactions)
+        target = _commits(log) + rng.randint(1, 25)
+        while _commits(log) < target and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(rng.uniform(0.0, 0.01))
         copier.send_signal(signal.SIGKILL)
         copier.wait()
     copier = start_copier(broker.bootstrap, source, sink, log)
@@ -90,7 +95,13 @@ async def run_copier_with_kills(broker: BrokerProcess, tmp_path: Path, seed: int
     assert duplicates == 0 and not missing and len(got) == INPUT, (
         f"seed {seed}: {len(got)} read, {duplicates} duplicates, {len(missing)} missing; copier log {log}:\n"
         + log.read_text()[-3000:])
-    assert _starts(log) == kills + 1
+    resumed = [int(line.split("=")[1]) for line in log.read_text().splitlines() if line.startswith("start offset=")]
+    assert len(resumed) >= kills and any(0 < offset < INPUT for offset in resumed[1:]), (
+        f"seed {seed}: no kill landed mid-stream (restarts at {resumed})")
+
+
+def _commits(log: Path) -> int:
+    return log.read_text().count("committed ") if log.exists() else 0
 
 
 def _starts(log: Path) -> int:
