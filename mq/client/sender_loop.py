@@ -232,6 +232,8 @@ class Sender:
                 error = MqError(code, response.error_message)  # type: ignore[attr-defined]
             except MqError as exc:
                 error = exc
+            except OSError as exc:
+                error = MqError(ErrorCode.NETWORK_EXCEPTION, str(exc))
             if not error.code.retriable and error.code != ErrorCode.NETWORK_EXCEPTION:
                 log.warning("event=init_producer_id_failed error=%s", error)
                 self._fail_queued(MqError(error.code, f"InitProducerId failed ({error.message}); an "

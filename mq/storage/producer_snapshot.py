@@ -178,9 +178,12 @@ def rebuild_producer_state(
     else:
         state.load(snapshot.entries, snapshot.offset)
         start = max(snapshot.offset, log_start_offset)
-    for segment in segments:
-        if segment.next_offset > start:
-            for header in segment.headers_from(start):
-                state.update(header)
+    if start < log_end_offset:
+        # Only the segments that can hold offsets >= start, found by base offsets alone:
+        # older segments stay unopened (opening is lazy for them, see mq.storage.loader).
+        for i, segment in enumerate(segments):
+            if i + 1 == len(segments) or segments[i + 1].base_offset > start:
+                for header in segment.headers_from(start):
+                    state.update(header)
     state.map_end_offset = log_end_offset
     return -1 if snapshot is None else snapshot.offset

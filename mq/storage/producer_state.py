@@ -130,7 +130,9 @@ class CompletedTxn:
 
 
 def _last_seq(header: BatchHeader) -> int:
-    return increment_sequence(header.base_sequence, header.record_count - 1)
+    """Kafka's ``lastSequence``: from the last offset delta, not the record count, which
+    log compaction lowers (it keeps a batch's offsets, removing records inside it)."""
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
 
 
 class ProducerStateManager:
@@ -176,6 +178,14 @@ class ProducerStateManager:
                     raise _mixed(i)
                 continue
             entry = pending.get(pid) or self._producers.get(pid)
+            if header.is_control:  # a transaction marker: no sequence, only a current epoch
+                if duplicates:
+                    raise _mixed(i)
+                if entry is not None and header.producer_epoch < entry.producer_epoch:
+                    raise MqError(ErrorCode.INVALID_PRODUCER_EPOCH, (
+                        f"transaction marker of producer id {pid} has epoch {header.producer_epoch}, older than "
+                        f"its current epoch {entry.producer_epoch}"))
+                continue
             last_seq = _check_batch_fields(header)
             duplicate = None if entry is None else entry.find_duplicate(header.producer_epoch, header.base_sequence,
                                                                         last_seq)
@@ -211,7 +221,7 @@ class ProducerStateManager:
         entry = self._producers.get(pid)
         if header.is_control:
             return self._end_transaction(entry, header)
-        last_seq = increment_sequence(header.base_sequence, header.record_count - 1)
+        last_seq = _last_seq(header)
         updated = _with_batch(entry, header, last_seq, header.base_offset, header.last_offset, self.max_batches)
         if header.is_transactional and updated.current_txn_first_offset < 0:
             updated = replace(updated, current_txn_first_offset=header.base_offset)

@@ -232,3 +232,24 @@ def test_model_retries_never_append_twice(steps: list[tuple[int, int, bool]]) ->
         next_seq[pid] = seq + count
         log_end += count
     assert state.map_end_offset == log_end
+
+
+def test_last_sequence_comes_from_the_offset_delta_as_after_compaction() -> None:
+    state = ProducerStateManager()
+    compacted = BatchHeader(0, 100, 0, 2, 0, 0, 4, 1000, 1000, 3, 0, 0, 2)  # 5 offsets, 2 records left
+    state.update(compacted)
+    entry = state.entry(3)
+    assert entry is not None and entry.last_seq == 4
+    appended(state, hdr(5, 3, 0, 5))
+
+
+def test_transaction_markers_need_a_current_epoch_not_a_sequence() -> None:
+    state = ProducerStateManager()
+    appended(state, hdr(0, 1, 2, 0, 2, attributes=TRANSACTIONAL_BIT))
+    marker = hdr(2, 1, 2, -1, 1, attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
+    assert state.check_leader_append([marker]) is None
+    with pytest.raises(MqError) as err:
+        state.check_leader_append([hdr(2, 1, 1, -1, 1, attributes=TRANSACTIONAL_BIT | CONTROL_BIT)])
+    assert err.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    state.update(marker)
+    assert state.first_unstable_offset() is None
