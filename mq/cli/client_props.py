@@ -110,6 +110,7 @@ CONSUMER_PROPERTIES = {p.name: p for p in (
     Property("request.timeout.ms", "request_timeout_ms", _int),
     Property("retry.backoff.ms", "retry_backoff_ms", _int),
     Property("metadata.max.age.ms", "metadata_max_age_ms", _int),
+    Property("isolation.level", "isolation_level", _one_of("read_uncommitted", "read_committed")),
 )}
 
 PRODUCER_PROPERTIES = {p.name: p for p in (

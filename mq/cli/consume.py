@@ -72,6 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "(no zone: local time)")
     p.add_argument("-p", "--partition", type=int, metavar="P",
                    help="consume only partition P of the one topic (default: all)")
+    p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default=None,
+                   help="read_committed: only records of committed transactions, up to the last stable "
+                        "offset (default: read_uncommitted)")
+    p.add_argument("--delivery", choices=["at-most-once", "at-least-once", "exactly-once"], default=None,
+                   help="with --group: at-most-once commits what it read before printing it, at-least-once "
+                        "after (auto-commit), exactly-once reads committed records only (docs/explanation/"
+                        "delivery-semantics.md)")
     p.add_argument("-g", "--group", metavar="GROUP",
                    help="join consumer group GROUP: share the partitions with its other members, start at its "
                         "committed offsets (none committed: the log start; --consumer-property "
@@ -157,6 +164,8 @@ def consumer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "assignor": ("--assignor", args.assignor),
         "session_timeout_ms": ("--session-timeout-ms", args.session_timeout_ms),
         "auto_offset_reset": ("--from-beginning", "earliest" if args.from_beginning else None),
+        "isolation_level": ("--isolation-level", args.isolation_level),
+        "delivery": ("--delivery", args.delivery),
     }
     kwargs = client_props.merge(flags, props, "--consumer-property", client_props.CONSUMER_PROPERTIES)
     # A group with nothing committed starts at the log start (rpk's default, and Kafka
@@ -164,7 +173,7 @@ def consumer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     # the console follows new records (Kafka's console consumer).
     kwargs.setdefault("auto_offset_reset", "latest" if kwargs.get("group_id") is None else "earliest")
     kwargs.setdefault("client_id", "mq-console-consumer")
-    if kwargs.get("group_id") is not None:
+    if kwargs.get("group_id") is not None and kwargs.get("delivery") is None:
         kwargs.setdefault("enable_auto_commit", True)
     return kwargs
 

@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true",
                    help="stop at the first line that cannot be parsed: nothing after it is sent "
                         "(default: report it with its line number, send the rest, exit 1)")
+    p.add_argument("--delivery", choices=["at-most-once", "at-least-once"], default=None,
+                   help="at-most-once: acks=1, no retries (a lost answer loses the record, never doubles it); "
+                        "at-least-once: acks=all, idempotent retries (exactly-once needs a transactional "
+                        "client: docs/how-to/write-a-transactional-pipeline.md)")
     p.add_argument("--acks", choices=["0", "1", "all", "-1"], default=None,
                    help="0: don't wait, 1: leader appended, all (-1): in-sync replicas (default: 1)")
     p.add_argument("-p", "--partition", type=int, metavar="P", help="send every record to partition P "
@@ -116,6 +120,7 @@ def producer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "linger_ms": ("--linger-ms", args.linger_ms),
         "batch_size": ("--batch-size", args.batch_size),
         "delivery_timeout_ms": ("--delivery-timeout-ms", args.delivery_timeout_ms),
+        "delivery": ("--delivery", args.delivery),
     }
     kwargs = {**DEFAULTS, **client_props.merge(flags, props, "--producer-property",
                                                client_props.PRODUCER_PROPERTIES)}

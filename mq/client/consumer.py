@@ -23,12 +23,14 @@ through the same ``SubscriptionState``. ``assign`` and ``subscribe`` exclude eac
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mq.client.cluster import FETCH_LANE, ClusterClient, cancel_tasks
+from mq.client.delivery import consumer_settings
 from mq.client.group_consumer import CommitCallback, GroupClient, Listener
 from mq.client.internals.fetcher import ConsumerRecord, Fetcher, OffsetGap, SentFetch
 from mq.client.internals.group_membership import ConsumerCoordinator
@@ -49,6 +51,11 @@ log = logging.getLogger("mq.client")
 MIB = 1024 * 1024
 
 
+def next_offsets(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """Per partition, the offset after the last of ``records``: what to commit for them."""
+    return {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
+
+
 class Consumer:
     def __init__(self, bootstrap: str = "localhost:9092", *, fetch_max_wait_ms: int = 500,
                  fetch_min_bytes: int = 1, fetch_max_bytes: int = 50 * MIB,
@@ -64,7 +71,23 @@ class Consumer:
                  on_revoke: Listener | None = None, on_lost: Listener | None = None,
                  clock: Clock | None = None, seed: int | None = None,
                  address_map: Mapping[str, str] | None = None,
-                 isolation_level: str = "read_uncommitted") -> None:
+                 isolation_level: str = "read_uncommitted", delivery: str | None = None) -> None:
+        """``delivery``: a preset (``mq.client.delivery``): ``at-most-once`` commits what
+        ``poll`` returns before returning it, ``at-least-once`` auto-commits it at the next
+        ``poll``, ``exactly-once`` reads committed records only and leaves the offsets to
+        the transactional producer; an explicit setting it contradicts is INVALID_CONFIG."""
+        self._commit_on_poll = False
+        if delivery is not None:
+            defaults = {name: p.default for name, p in inspect.signature(Consumer.__init__).parameters.items()
+                        if name in ("enable_auto_commit", "isolation_level")}
+            got = consumer_settings(delivery, {"enable_auto_commit": enable_auto_commit,
+                                               "isolation_level": isolation_level}, defaults)
+            enable_auto_commit = got["enable_auto_commit"]
+            isolation_level = got.get("isolation_level", isolation_level)
+            self._commit_on_poll = got.get("commit_on_poll", False)
+            if group_id is None:
+                raise MqError(ErrorCode.INVALID_CONFIG, f"delivery={delivery!r} is about when a group commits: "
+                                                        "pass group_id=NAME")
         try:
             reset = OffsetResetStrategy(auto_offset_reset)
         except ValueError:
@@ -339,6 +362,8 @@ class Consumer:
             records = self.fetcher.fetch_records(limit)
             deferred = self._send_fetches()
             if records:
+                if self._commit_on_poll:  # at-most-once: committed before the caller sees them
+                    await self.commit(next_offsets(records))
                 return records
             now = self.cluster.now_ms()
             if now >= deadline:

@@ -19,6 +19,7 @@ requests per connection, and applies retries, metadata refreshes and delivery ti
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from operator import itemgetter
 from typing import Any
 
 from mq.client.cluster import ClusterClient
+from mq.client.delivery import producer_settings
 from mq.client.internals.accumulator import (
     NEW_BATCH_NEEDED,
     NO_MEMORY,
@@ -103,6 +105,15 @@ def _idempotence(enable: bool | None, acks: int, retries: int, max_in_flight: in
     return enable
 
 
+def _delivery_preset(delivery: str, acks: int | str, retries: int, enable_idempotence: bool | None,
+                     transactional_id: str | None) -> tuple[int | str, int, bool | None]:
+    defaults = {name: p.default for name, p in inspect.signature(Producer.__init__).parameters.items()
+                if name in ("acks", "retries", "enable_idempotence")}
+    got = producer_settings(delivery, {"acks": acks, "retries": retries, "enable_idempotence": enable_idempotence},
+                            defaults, transactional_id=transactional_id)
+    return got["acks"], got["retries"], got["enable_idempotence"]
+
+
 class Producer(TransactionalProducer):
     def __init__(self, bootstrap: str = "localhost:9092", *, acks: int | str = 1,
                  linger_ms: int = 5, batch_size: int = 64 * KIB, buffer_memory: int = 32 * MIB,
@@ -115,13 +126,19 @@ class Producer(TransactionalProducer):
                  hlc: str = "auto", hlc_clock: HybridLogicalClock | None = None,
                  home_bootstraps: Mapping[str, str] | None = None,
                  enable_idempotence: bool | None = None, transactional_id: str | None = None,
-                 transaction_timeout_ms: int = 60_000) -> None:
-        """``enable_idempotence``: None (the default) turns it on whenever the settings
+                 transaction_timeout_ms: int = 60_000, delivery: str | None = None) -> None:
+        """``delivery``: a preset (``at-most-once``, ``at-least-once``, ``exactly-once``;
+        ``mq.client.delivery``) that sets ``acks``, ``retries`` and ``enable_idempotence``
+        (exactly-once needs ``transactional_id``); an explicit setting it contradicts is
+        INVALID_CONFIG. ``enable_idempotence``: None (the default) turns it on whenever the settings
         allow it, as Kafka 3.x does: ``acks="all"``, ``retries`` > 0 and
         ``max_in_flight`` <= 5; True insists (INVALID_CONFIG if they conflict); False
         keeps the plain producer (retries may then duplicate records).
         ``transactional_id`` makes it transactional (``mq.client.transactional``):
         idempotent, acks=all, and writes only inside begin/commit_transaction."""
+        if delivery is not None:
+            acks, retries, enable_idempotence = _delivery_preset(delivery, acks, retries, enable_idempotence,
+                                                                 transactional_id)
         # Everything but the cluster to talk to: what a producer for another region
         # (home-region routing) is built with.
         self._settings = {k: v for k, v in locals().items()

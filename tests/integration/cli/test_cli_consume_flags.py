@@ -189,3 +189,24 @@ def test_a_missing_topic_is_waited_for_within_the_timeout(cluster):
     assert proc.returncode == 0, err
     assert out == b"here\n"
     assert b"waiting up to --timeout-ms 8000" in err
+
+
+def test_delivery_presets_and_isolation_level_from_the_console(cluster, topics):
+    """`mq consume --group G --delivery at-most-once` commits what it printed; a group's
+    committed offsets (`mq group describe --json`) are the independent reader; without a
+    group the preset is refused by name; --isolation-level read_committed reads plain records."""
+    got = _lines(cluster.mq("consume", "cf-b", "--group", "cf-amo", "--delivery", "at-most-once",
+                            "--max-messages", "2"))
+    assert got == ["b0", "b1"]
+    described = cluster.mq("group", "describe", "cf-amo", "--json")
+    assert described.returncode == 0, described.stderr
+    doc = json.loads(described.stdout)
+    offsets = {p["partition"]: p["current_offset"] for p in doc["partitions"] if p["topic"] == "cf-b"}
+    assert offsets == {0: 2}
+    produced = cluster.mq("produce", "cf-b", "--delivery", "at-most-once", input=b"b2\n")
+    assert produced.returncode == 0, produced.stderr
+    wrong = cluster.mq("consume", "cf-b", "--delivery", "at-most-once", "--max-messages", "1")
+    assert wrong.returncode != 0 and b"group_id" in wrong.stderr
+    committed_only = _lines(cluster.mq("consume", "cf-b", "--from-beginning", "--isolation-level", "read_committed",
+                                       "--max-messages", "3"))
+    assert committed_only == ["b0", "b1", "b2"]

@@ -35,7 +35,8 @@ def test_values_are_converted():
 
 
 @pytest.mark.parametrize(("pair", "words"), [
-    (("isolation.level", "read_committed"), "the accepted names are group.id, group.instance.id"),
+    (("isolation.levels", "read_committed"), "the accepted names are group.id, group.instance.id"),
+    (("isolation.level", "committed"), "read_uncommitted"),
     (("bootstrap.servers", "x:1"), "use --bootstrap-server"),
     (("max.poll.records", "ten"), "max.poll.records=ten: not a whole number"),
     (("session.timeout.ms", "-1"), "must not be negative"),
