@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from mq.coordinator import OFFSETS_TOPIC
 from mq.coordinator.share_records import SHARE_STATE_TOPIC
+from mq.coordinator.txn_state import TRANSACTION_STATE_TOPIC
 from mq.core.config import BROKER_KEYS, TOPIC_KEYS_BY_NAME, BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode
 from mq.protocol.codec import SUPPORTED_VERSIONS
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 BROKER_SOFTWARE = "mq/0.1.0"
 CONFLICT_PREFIX = "conflict."  # topic configs Metadata carries to clients
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SHARE_STATE_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC})
 """Topics the brokers own (Metadata flags them ``is_internal``; consumer groups'
 patterns never match them)."""
 

@@ -18,6 +18,7 @@ from mq.broker.partition import Partition
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TopicPartition
 from mq.protocol.messages import (
+    AbortedTransaction,
     FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
@@ -27,6 +28,9 @@ from mq.protocol.messages import (
 )
 from mq.replication import check_leader_epoch as replication_check_leader_epoch
 from mq.storage import LogCorruptedError
+
+READ_COMMITTED = 1
+"""``FetchRequest.isolation_level``: 0 read_uncommitted (below the HW), 1 read_committed."""
 
 if TYPE_CHECKING:
     from mq.broker.node import BrokerNode
@@ -55,7 +59,8 @@ def read_fetch(node: BrokerNode, request: FetchRequest, *, now_ms: int) -> Fetch
             if request.replica_id >= 0:
                 result = _read_for_follower(node, tp, fp, request, budget - total, first=(total == 0), now_ms=now_ms)
             else:
-                result = _read_partition(node, tp, fp, budget - total, first=(total == 0))
+                result = _read_partition(node, tp, fp, budget - total, first=(total == 0),
+                                         read_committed=request.isolation_level == READ_COMMITTED)
             total += len(result.records)
             has_error = has_error or result.error_code != ErrorCode.NONE or result.diverging_epoch >= 0
             results.append(result)
@@ -71,7 +76,8 @@ def _leader_or_error(node: BrokerNode, tp: TopicPartition, current_leader_epoch:
 
 
 def _read_partition(
-    node: BrokerNode, tp: TopicPartition, fp: FetchPartition, budget: int, *, first: bool
+    node: BrokerNode, tp: TopicPartition, fp: FetchPartition, budget: int, *, first: bool,
+    read_committed: bool = False,
 ) -> FetchPartitionResponse:
     found = _leader_or_error(node, tp, fp.current_leader_epoch)
     if isinstance(found, FetchPartitionResponse):
@@ -87,13 +93,20 @@ def _read_partition(
             tp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, start,
             error_message=f"offset {offset} outside [{start}, {partition.log.log_end_offset}]")
     max_bytes = min(fp.partition_max_bytes, budget)
-    if offset >= hw or max_bytes <= 0 and not first:
-        return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start)
-    data = _read(node, tp, partition, offset, max(max_bytes, 0), max_offset=hw, first=first)
+    # read_committed reads below the last stable offset (KIP-98), read_uncommitted below the HW.
+    lso = partition.log.last_stable_offset(hw)
+    upper = lso if read_committed else hw
+    if offset >= upper or max_bytes <= 0 and not first:
+        return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, lso, start)
+    data = _read(node, tp, partition, offset, max(max_bytes, 0), max_offset=upper, first=first)
     if isinstance(data, FetchPartitionResponse):
         return data
     node.stats.fetched(tp.topic, data)
-    return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, hw, start, data)
+    aborted = None
+    if read_committed:
+        aborted = [AbortedTransaction(t.producer_id, t.first_offset)
+                   for t in partition.log.aborted_transactions(offset, upper)]
+    return FetchPartitionResponse(tp.partition, ErrorCode.NONE, hw, lso, start, data, aborted_transactions=aborted)
 
 
 def _read_for_follower(

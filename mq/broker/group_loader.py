@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from mq.broker.partition import Partition
 from mq.coordinator import CoordinatorRecord, CoordinatorResult, GroupCoordinator
 from mq.protocol.batch_format import iter_batches
+from mq.protocol.control_batch import ControlType, marker_of
 from mq.protocol.record_batch import decode_records
 
 LOAD_BYTES_PER_POLL = 8 * 1024 * 1024
@@ -40,6 +41,8 @@ class Shard:
     loaded: bool = False
     records_loaded: int = 0
     writes: dict[int, PendingWrite] = field(default_factory=dict)  # op id -> write
+    # Transactional offset commits waiting for their marker, per producer id (mq.broker.txn_offsets).
+    txn_offsets: dict[int, list[tuple[CoordinatorRecord, int]]] = field(default_factory=dict)
 
     @property
     def index(self) -> int:
@@ -60,11 +63,20 @@ class Shard:
                 for pos, header in iter_batches(view):
                     if header.base_offset >= self.load_end:
                         break
-                    if not header.is_control:
+                    if header.is_control:
+                        if header.next_offset > self.cursor:
+                            committed = marker_of(view[pos:pos + header.size])[0] == ControlType.COMMIT
+                            for record, offset in self.txn_offsets.pop(header.producer_id, []):
+                                if committed:
+                                    self.coordinator.replay(record, offset=offset)
+                    else:
                         for record in decode_records(view[pos:pos + header.size]):
                             if self.cursor <= record.offset < self.load_end and record.key is not None:
-                                self.coordinator.replay(CoordinatorRecord(bytes(record.key), record.value),
-                                                        offset=record.offset)
+                                found = CoordinatorRecord(bytes(record.key), record.value)
+                                if header.is_transactional:  # visible once its transaction commits
+                                    self.txn_offsets.setdefault(header.producer_id, []).append((found, record.offset))
+                                else:
+                                    self.coordinator.replay(found, offset=record.offset)
                                 self.records_loaded += 1
                     self.cursor = max(self.cursor, header.next_offset)
         if self.cursor >= self.load_end or self.cursor >= log.log_end_offset:

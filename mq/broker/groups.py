@@ -41,6 +41,7 @@ from mq.broker.group_loader import PendingWrite, Shard
 from mq.broker.group_requests import MULTI_GROUP, SINGLE_GROUP, Fanout, error_response, part_of
 from mq.broker.offsets_topic import OffsetsTopicCreator, find_coordinator
 from mq.broker.outbound import Pending
+from mq.broker.txn_offsets import unstable_offsets
 from mq.coordinator import (
     OFFSETS_TOPIC,
     CoordinatorResult,
@@ -52,7 +53,7 @@ from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
 from mq.core.types import TopicPartition
 from mq.metadata.image import MetadataImage
-from mq.protocol.group_messages import FindCoordinatorRequest, ListGroupsRequest
+from mq.protocol.group_messages import FindCoordinatorRequest, ListGroupsRequest, OffsetFetchRequest
 from mq.protocol.messages import Request, Response
 from mq.protocol.record_batch import build_batch
 from mq.replication import ProduceCompletion
@@ -145,6 +146,9 @@ class GroupService:
             routed = self._route(request.group_id)
             if not isinstance(routed, Shard):
                 return error_response(request, *routed)
+            if isinstance(request, OffsetFetchRequest) and unstable_offsets(routed, request.group_id):
+                return error_response(request, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                                      f"a transaction is committing offsets of group {request.group_id!r}; retry")
             self._run(routed, request, op_id, client_id, client_host, now_ms)
         elif isinstance(request, MULTI_GROUP):
             self._fan_out(request, op_id, client_id, client_host, now_ms)
@@ -153,6 +157,10 @@ class GroupService:
         else:
             raise MqError(ErrorCode.UNSUPPORTED_API, f"{type(request).__name__} is not a group request")
         return Pending(op_id, None)
+
+    def route(self, group_id: str) -> Shard | tuple[ErrorCode, str]:
+        """The loaded shard of ``group_id``, or the error a request for it gets."""
+        return self._route(group_id)
 
     def _route(self, group_id: str) -> Shard | tuple[ErrorCode, str]:
         topic = self.node.image.topic(OFFSETS_TOPIC)

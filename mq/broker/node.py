@@ -50,6 +50,7 @@ from mq.broker.producer_ids import ProducerIdManager, handle_init_producer_id
 from mq.broker.replicas import ReplicaManager
 from mq.broker.shares import ShareService, is_share_request
 from mq.broker.stats import BrokerStats
+from mq.broker.txn_service import TXN_APIS, TxnService
 from mq.core.config import BrokerConfig, TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.rng import Rng
@@ -64,6 +65,7 @@ from mq.protocol.messages import (
     Request,
     Response,
 )
+from mq.protocol.producer_messages import InitProducerIdRequest
 from mq.replication import (
     AlterPartitionRequest,
     FollowerFetchResult,
@@ -138,6 +140,8 @@ class BrokerNode:
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
         self.shares = ShareService(self, rng=rng.fork("shares"), new_op_id=self._new_op_id,
                                    complete=lambda op_id, response: self._completions.append((op_id, response)))
+        self.txns = TxnService(self, new_op_id=self._new_op_id,
+                               complete=lambda op_id, response: self._completions.append((op_id, response)))
         self.mirror = MirrorRequests(self, new_op_id=self._new_op_id,
                                      complete=lambda op_id, response: self._completions.append((op_id, response)))
         self._handlers: dict[ApiKey, Callable[[Request, int], Response | Pending | None]] = {
@@ -151,7 +155,8 @@ class BrokerNode:
             ApiKey.FETCH: self._fetch,  # type: ignore[dict-item]
             ApiKey.MIRROR_APPEND: self.mirror.append,  # type: ignore[dict-item]
             ApiKey.MIRROR_TRUNCATE: self.mirror.truncate,  # type: ignore[dict-item]
-            ApiKey.INIT_PRODUCER_ID: lambda r, now: handle_init_producer_id(self, r),  # type: ignore[arg-type]
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,  # type: ignore[dict-item]
+            **{key: self.txns.handle_for_node for key in TXN_APIS},  # type: ignore[dict-item]
         }
 
     # ------------------------------------------------------------ life cycle
@@ -269,6 +274,11 @@ class BrokerNode:
         self._next_op_id += 1
         return self._next_op_id
 
+    def _init_producer_id(self, request: InitProducerIdRequest, now_ms: int) -> Response | Pending:
+        if request.transactional_id is not None:  # the transaction coordinator's
+            return self.txns.handle(request, now_ms=now_ms)
+        return handle_init_producer_id(self, request)
+
     def _produce(self, request: ProduceRequest, now_ms: int) -> Response | Pending | None:
         outcome = handle_produce(self, request, now_ms=now_ms)
         if request.acks == 0:
@@ -373,6 +383,7 @@ class BrokerNode:
                                              destination=controller)
             out.append(Outbound(controller, request, tag))
         out.extend(self.control.take_outbound())
+        out.extend(self.txns.take_outbound())
         return out
 
     def on_response(self, tag: int, response: Response | None, *, now_ms: int) -> None:
@@ -385,6 +396,8 @@ class BrokerNode:
                 if not cut.mirror_topic:
                     self.stats.truncated_committed(cut.tp.topic, cut.from_offset - cut.to_offset)
                 self._unclean_truncations.append(cut)
+        elif self.txns.owns_tag(tag):
+            self.txns.on_response(tag, response, now_ms=now_ms)
         elif self._isr.owns(tag):
             for tp in self._isr.on_response(tag, response, partitions=self.partitions, now_ms=now_ms):
                 self._moved[tp] = None
@@ -487,6 +500,9 @@ class BrokerNode:
                 if self.shares.owns(completion.request_id):
                     self.shares.on_write_done(completion)
                     continue
+                if self.txns.owns(completion.request_id):
+                    self.txns.on_write_done(completion)
+                    continue
                 response = self._acks_all.complete(completion)
                 if response is not None:
                     self._completions.append((completion.request_id, response))
@@ -518,6 +534,8 @@ class BrokerNode:
             if tag is None and self.groups.creator.on_completion(op_id, response, now_ms=now_ms):
                 continue
             if tag is None and self.shares.creator.on_completion(op_id, response, now_ms=now_ms):
+                continue
+            if tag is None and self.txns.creator.on_completion(op_id, response, now_ms=now_ms):
                 continue
             if tag is None:
                 self._completions.append((op_id, response))
@@ -553,6 +571,7 @@ class BrokerNode:
             self._wake_fetches_removed(tp)  # NOT_LEADER / new epoch: clients re-route
         self.groups.on_publish(result, now_ms=now_ms)
         self.shares.on_publish(result, now_ms=now_ms)
+        self.txns.on_publish(result)
 
     def _wake_fetches_removed(self, tp: TopicPartition) -> None:
         for op in self.purgatory.watching(tp):
@@ -598,6 +617,7 @@ class BrokerNode:
             self.check_isr(now_ms=now_ms)
         groups_deadline = self.groups.poll(now_ms=now_ms)
         shares_deadline = self.shares.poll(now_ms=now_ms)
+        txns_deadline = self.txns.poll(now_ms=now_ms)
         cleaner_deadline = self.log_cleaner.poll(
             {tp: (p.log, p.high_watermark) for tp, p in self.partitions.items() if not p.log.is_offline},
             now_ms=now_ms)
@@ -606,7 +626,7 @@ class BrokerNode:
                      self._next_producer_expiry_ms,
                      now_ms + 1000, control_deadline]
         for extra in (self.replicas.fetchers.next_deadline_ms(), self._produce_deadline_ms, groups_deadline,
-                      cleaner_deadline, shares_deadline):
+                      cleaner_deadline, shares_deadline, txns_deadline):
             if extra is not None:
                 deadlines.append(extra)
         return max(now_ms, min(deadlines))

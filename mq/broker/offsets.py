@@ -47,20 +47,23 @@ if TYPE_CHECKING:
 def handle_list_offsets(node: BrokerNode, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
-        results = [_list_offset(node, TopicPartition(topic.name, p.partition), p) for p in topic.partitions]
+        results = [_list_offset(node, TopicPartition(topic.name, p.partition), p, request.isolation_level == 1)
+                   for p in topic.partitions]
         topics.append(ListOffsetsTopicResponse(topic.name, results))
     return ListOffsetsResponse(topics)
 
 
-def _list_offset(node: BrokerNode, tp: TopicPartition, p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
+def _list_offset(node: BrokerNode, tp: TopicPartition, p: ListOffsetsPartition,
+                 read_committed: bool = False) -> ListOffsetsPartitionResponse:
     found = find_leader(node, tp, p.current_leader_epoch)
     if isinstance(found, tuple):
         return ListOffsetsPartitionResponse(tp.partition, found[0])
     partition = found
     epoch = partition.leader_epoch
     hw = partition.high_watermark
-    if p.timestamp == LATEST_TIMESTAMP:
-        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, hw, epoch)
+    if p.timestamp == LATEST_TIMESTAMP:  # read_committed: the last stable offset, as Kafka
+        latest = partition.log.last_stable_offset(hw) if read_committed else hw
+        return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, latest, epoch)
     if p.timestamp == EARLIEST_TIMESTAMP:
         return ListOffsetsPartitionResponse(tp.partition, ErrorCode.NONE, -1, partition.log_start_offset, epoch)
     if p.timestamp < 0:

@@ -18,6 +18,7 @@ leaves commits available (Kafka keeps the broker's default, usually 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mq.broker.control import CONTROLLER_REQUEST_TIMEOUT_MS
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 CREATE_RETRY_BACKOFF_MS = 500
 """After a failed creation, FindCoordinator waits this long before asking again."""
 GROUP_KEY_TYPE = 0
+TXN_KEY_TYPE = 1
 
 _CREATE_HEADER = RequestHeader(ApiKey.CREATE_TOPICS, 0, 0, "group-coordinator")
 
@@ -59,8 +61,11 @@ def offsets_topic_request(node: BrokerNode) -> CreateTopicsRequest:
 class OffsetsTopicCreator:
     """At most one CreateTopics for ``__consumer_offsets`` in flight."""
 
-    def __init__(self, node: BrokerNode) -> None:
+    def __init__(self, node: BrokerNode,
+                 make_request: Callable[[BrokerNode], CreateTopicsRequest] | None = None) -> None:
+        """``make_request``: the topic to create (default ``__consumer_offsets``)."""
         self.node = node
+        self.make_request = make_request or offsets_topic_request
         self.op_id: int | None = None
         self.started_ms = 0
         self.retry_after_ms = 0
@@ -72,7 +77,7 @@ class OffsetsTopicCreator:
             return
         self.requests_sent += 1
         self.started_ms = now_ms
-        outcome = self.node.control.handle(_CREATE_HEADER, offsets_topic_request(self.node), now_ms=now_ms)
+        outcome = self.node.control.handle(_CREATE_HEADER, self.make_request(self.node), now_ms=now_ms)
         if isinstance(outcome, Pending):
             self.op_id = outcome.op_id
         elif outcome is not None:
@@ -113,11 +118,31 @@ class OffsetsTopicCreator:
         self.retry_after_ms = now_ms + CREATE_RETRY_BACKOFF_MS
 
 
+def coordinator_address(node: BrokerNode, topic_name: str, partition: int) -> FindCoordinatorResponse:
+    """The leader of ``topic_name``-``partition`` as a FindCoordinator answer."""
+    topic = node.image.topic(topic_name)
+    image = None if topic is None else topic.partitions.get(partition)
+    if image is None or image.leader < 0:
+        return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=f"{topic_name}-{partition} has no leader yet; retry")
+    broker = node.image.broker(image.leader)
+    if broker is not None:
+        host, port = broker.host, broker.port
+    elif image.leader == node.node_id:
+        host, port = node.advertised_host, node.advertised_port
+    else:
+        return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=f"the address of broker {image.leader} is unknown; retry")
+    return FindCoordinatorResponse(ErrorCode.NONE, image.leader, host, port)
+
+
 def find_coordinator(node: BrokerNode, creator: OffsetsTopicCreator, request: FindCoordinatorRequest, *,
                      now_ms: int) -> FindCoordinatorResponse:
+    if request.key_type == TXN_KEY_TYPE and node.txns is not None:
+        return node.txns.find_coordinator(request, now_ms=now_ms)
     if request.key_type != GROUP_KEY_TYPE:
         return FindCoordinatorResponse(ErrorCode.INVALID_REQUEST,
-                                       error_message=f"key_type {request.key_type}: only groups (0) have coordinators")
+                                       error_message=f"key_type {request.key_type}: groups (0) and transactional ids (1) have coordinators")
     if not request.key:
         return FindCoordinatorResponse(ErrorCode.INVALID_GROUP_ID, error_message="the group id is empty")
     topic = node.image.topic(OFFSETS_TOPIC)

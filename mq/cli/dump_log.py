@@ -22,11 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dump-log", help="print the batches of a .log file or the entries of an index",
         description="Print the record batches of a segment .log file (offsets, timestamps, CRC check,\n"
-                    "producer id/epoch/sequence), the entries of a .index / .timeindex file, or the\n"
-                    "idempotent producers of a .snapshot file. Reads the file directly: no broker needed.",
+                    "producer id/epoch/sequence, transaction markers), the entries of a .index / .timeindex\n"
+                    "file, the aborted transactions of a .txnindex file, or the idempotent producers of a\n"
+                    ".snapshot file. Reads the file directly: no broker needed.",
     )
     p.add_argument("file", metavar="FILE",
-                   help="a <base-offset>.log, .index, .timeindex or .snapshot (producer state) file")
+                   help="a <base-offset>.log, .index, .timeindex, .txnindex or .snapshot (producer state) file")
     p.add_argument("--print-records", action="store_true", help="also print each record of each batch")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     p.set_defaults(func=run_dump_log)
@@ -43,7 +44,8 @@ def run_dump_log(args: argparse.Namespace) -> int:
     try:
         entries = dump_segment(OsFileIO(), path, decode=args.print_records)
     except MqError as exc:
-        raise CliError(exc.message, "pass a <20-digit base offset>.log, .index, .timeindex or .snapshot file") from None
+        raise CliError(exc.message,
+                       "pass a <20-digit base offset>.log, .index, .timeindex, .txnindex or .snapshot file") from None
     problems = 0
     if not args.json:
         print(f"Dumping {path}")
@@ -65,7 +67,9 @@ def run_dump_log(args: argparse.Namespace) -> int:
             print(f"{kind}: " + _line(entry))
         for record in records or ():
             print("    | " + _line(record))
-    if count == 0 and path.endswith(".snapshot") and not args.json:
+    if count == 0 and path.endswith(".txnindex") and not args.json:
+        print("(no transaction aborted in this segment)")
+    elif count == 0 and path.endswith(".snapshot") and not args.json:
         print("(no idempotent producer had written to the partition at this offset)")
     elif count == 0 and not path.endswith(".log") and not args.json:
         print("(no entries on disk yet: a running broker writes index entries when it flushes,\n"

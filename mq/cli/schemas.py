@@ -173,7 +173,7 @@ TABLE_SHOW = obj(
                     region=STR("the region that wrote it")), "in key order"))
 
 _BATCH = obj(
-    "a record batch", ("records", "records_error"), type=STR("batch", const="batch"),
+    "a record batch", ("records", "records_error", "control"), type=STR("batch", const="batch"),
     position=INT("byte position in the file"), base_offset=INT("first offset"), last_offset=INT("last offset"),
     count=INT("records in the batch"), first_timestamp=INT("epoch ms"), max_timestamp=INT("epoch ms"),
     timestamp_type=STR("CREATE_TIME or LOG_APPEND_TIME"), codec=STR("none, gzip, lz4 or zstd"),
@@ -183,7 +183,9 @@ _BATCH = obj(
     records=arr(obj("a record", offset=INT("offset"), timestamp=INT("epoch ms"),
                     key=nullable(BYTES("key"), "no key"), value=nullable(BYTES("value"), "a tombstone"),
                     headers=HEADERS), "with --print-records"),
-    records_error=STR("why the records could not be decoded"))
+    records_error=STR("why the records could not be decoded"),
+    control=obj("a transaction marker (control batches only)", marker=STR("COMMIT or ABORT"),
+                coordinator_epoch=INT("epoch of the transaction coordinator that wrote it")))
 _INDEX = obj("an offset index entry", ("valid",), type=STR("index_entry", const="index_entry"),
              offset=INT("offset"), position=INT("byte position in the .log"),
              valid=BOOL("points at a batch of the .log beside it"))
@@ -201,7 +203,12 @@ _PRODUCER = obj(
                     first_sequence=INT("first sequence"), last_sequence=INT("last sequence"),
                     first_offset=INT("first offset"), last_offset=INT("last offset")),
                 "its last batches (at most 5), oldest first"))
-DUMP_LOG = {"description": "one entry (one line)", "oneOf": [_BATCH, _INDEX, _TIME_INDEX, _PRODUCER, _ERROR]}
+_ABORTED_TXN = obj(
+    "an aborted transaction in a .txnindex file", type=STR("aborted_txn", const="aborted_txn"),
+    producer_id=INT("producer id"), first_offset=INT("its first offset in the partition"),
+    last_offset=INT("offset of its ABORT marker"), last_stable_offset=INT("the LSO once the marker was appended"))
+DUMP_LOG = {"description": "one entry (one line)",
+            "oneOf": [_BATCH, _INDEX, _TIME_INDEX, _PRODUCER, _ABORTED_TXN, _ERROR]}
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ class Consumer:
                  rebalance_timeout_ms: int | None = None, on_assign: Listener | None = None,
                  on_revoke: Listener | None = None, on_lost: Listener | None = None,
                  clock: Clock | None = None, seed: int | None = None,
-                 address_map: Mapping[str, str] | None = None) -> None:
+                 address_map: Mapping[str, str] | None = None,
+                 isolation_level: str = "read_uncommitted") -> None:
         try:
             reset = OffsetResetStrategy(auto_offset_reset)
         except ValueError:
@@ -80,7 +81,7 @@ class Consumer:
         self.fetcher = Fetcher(self.subscriptions, fetch_min_bytes=fetch_min_bytes,
                                fetch_max_wait_ms=fetch_max_wait_ms, fetch_max_bytes=fetch_max_bytes,
                                max_partition_fetch_bytes=max_partition_fetch_bytes,
-                               check_crcs=check_crcs)
+                               check_crcs=check_crcs, isolation_level=isolation_level)
         self.max_poll_records = max_poll_records
         self.request_timeout_ms = request_timeout_ms
         self._event: asyncio.Event | None = None
@@ -442,7 +443,8 @@ class Consumer:
             topics: dict[str, list[ListOffsetsPartition]] = {}
             for tp, ts, _ in items:
                 topics.setdefault(tp.topic, []).append(ListOffsetsPartition(tp.partition, ts))
-            request = ListOffsetsRequest(topics=[ListOffsetsTopic(n, p) for n, p in topics.items()])
+            request = ListOffsetsRequest(topics=[ListOffsetsTopic(n, p) for n, p in topics.items()],
+                                         isolation_level=self.fetcher.isolation_level)
             response = await self.cluster.request(node, request)
             self._apply_lookups(items, response)  # type: ignore[arg-type]
 

@@ -36,8 +36,10 @@ from mq.client.internals.accumulator import (
 from mq.client.internals.idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceManager
 from mq.client.internals.partitioner import KeyPartitioner, StickyPartitioner
 from mq.client.internals.sender import RetryPolicy
+from mq.client.internals.transactions import TransactionalIdempotence
 from mq.client.results import PendingRecordFuture, RecordFuture, RecordMetadataList
 from mq.client.sender_loop import Sender
+from mq.client.transactional import TransactionalProducer
 from mq.core.clock import Clock
 from mq.core.conflict import ConflictPolicy, ConflictRules, not_home_message
 from mq.core.errors import ErrorCode, MqError
@@ -101,7 +103,7 @@ def _idempotence(enable: bool | None, acks: int, retries: int, max_in_flight: in
     return enable
 
 
-class Producer:
+class Producer(TransactionalProducer):
     def __init__(self, bootstrap: str = "localhost:9092", *, acks: int | str = 1,
                  linger_ms: int = 5, batch_size: int = 64 * KIB, buffer_memory: int = 32 * MIB,
                  max_block_ms: int = 60_000, compression: str | CompressionType | None = None,
@@ -112,11 +114,14 @@ class Producer:
                  seed: int | None = None, address_map: Mapping[str, str] | None = None,
                  hlc: str = "auto", hlc_clock: HybridLogicalClock | None = None,
                  home_bootstraps: Mapping[str, str] | None = None,
-                 enable_idempotence: bool | None = None) -> None:
+                 enable_idempotence: bool | None = None, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000) -> None:
         """``enable_idempotence``: None (the default) turns it on whenever the settings
         allow it, as Kafka 3.x does: ``acks="all"``, ``retries`` > 0 and
         ``max_in_flight`` <= 5; True insists (INVALID_CONFIG if they conflict); False
-        keeps the plain producer (retries may then duplicate records)."""
+        keeps the plain producer (retries may then duplicate records).
+        ``transactional_id`` makes it transactional (``mq.client.transactional``):
+        idempotent, acks=all, and writes only inside begin/commit_transaction."""
         # Everything but the cluster to talk to: what a producer for another region
         # (home-region routing) is built with.
         self._settings = {k: v for k, v in locals().items()
@@ -133,8 +138,18 @@ class Producer:
             raise MqError(ErrorCode.INVALID_CONFIG,
                           f"compression must be none, gzip, lz4 or zstd, not {compression!r}") from None
         self.acks = _acks(acks)
+        if transactional_id is not None:
+            if not transactional_id:
+                raise MqError(ErrorCode.INVALID_CONFIG, "transactional_id must not be empty")
+            if self.acks != -1 or enable_idempotence is False:
+                raise MqError(ErrorCode.INVALID_CONFIG, "a transactional producer needs acks='all' and idempotence")
+            enable_idempotence = True
         self.idempotent = _idempotence(enable_idempotence, self.acks, retries, max_in_flight)
-        self.idempotence = IdempotenceManager() if self.idempotent else None
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._add_task: asyncio.Task | None = None
+        self.idempotence = (TransactionalIdempotence(transactional_id, on_partitions_wanted=self._wanted_partitions)
+                            if transactional_id is not None
+                            else IdempotenceManager() if self.idempotent else None)
         self.max_block_ms = max_block_ms
         self.batch_size = batch_size
         self.cluster = ClusterClient(bootstrap, client_id=client_id,
@@ -147,6 +162,7 @@ class Producer:
             compression=codec, delivery_timeout_ms=delivery_timeout_ms,
             retry_backoff_ms=retry_backoff_ms, future_factory=self._new_batch_future)
         self.accumulator.idempotence = self.idempotence
+        self.accumulator.transactional = transactional_id is not None
         self.sender = Sender(self.cluster, self.accumulator,
                              RetryPolicy(retries=retries, delivery_timeout_ms=delivery_timeout_ms,
                                          idempotence=self.idempotence),
@@ -219,6 +235,8 @@ class Producer:
              headers: HeadersArg = None, partition: int | None = None,
              timestamp_ms: int | None = None) -> RecordFuture | PendingRecordFuture:
         """Append one record; returns an awaitable RecordFuture (see the module docstring)."""
+        if self.accumulator.transactional:
+            self._txn.check_can_send()
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
         if key is None and partition is None and not headers and not self._blocked:
@@ -241,6 +259,8 @@ class Producer:
                     timestamp_ms: int | None = None) -> RecordFuture | PendingRecordFuture:
         """Like ``send`` but never waits: BUFFER_EXHAUSTED (or UNKNOWN_TOPIC while the
         topic's metadata is unknown) is raised at once."""
+        if self.accumulator.transactional:
+            self._txn.check_can_send()
         hdrs = _headers(headers) if headers else ()
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
@@ -403,6 +423,8 @@ class Producer:
         policy keyed records are stamped (last-writer-wins); keys of other regions
         (home-region) go one by one to their home with ``home_bootstraps``, else the call
         raises NOT_HOME_REGION before sending anything."""
+        if self.accumulator.transactional:
+            self._txn.check_can_send()
         self._ensure_started()
         if topic not in self._routes:
             await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
@@ -496,6 +518,8 @@ class Producer:
         not at all (a copier that must know exactly what landed, such as the active-active
         mirror, relies on it). Returns the offset of the first record once acknowledged; the
         others follow it. Batches of this and other sends to the partition keep their order."""
+        if self.accumulator.transactional:
+            self._txn.check_can_send()
         if not records:
             raise MqError(ErrorCode.INVALID_REQUEST, "send_batch needs at least one record")
         self._ensure_started()
@@ -507,7 +531,8 @@ class Producer:
         if not 0 <= partition < len(tps):
             raise MqError(ErrorCode.INVALID_PARTITIONS,
                           f"{topic!r} has {len(tps)} partitions; there is no partition {partition}")
-        builder = BatchBuilder(compression=self.accumulator.compression)
+        builder = BatchBuilder(compression=self.accumulator.compression,
+                               is_transactional=self.accumulator.transactional)
         size = 0
         for key, value, headers, timestamp_ms in records:
             size = builder.append(timestamp_ms, key, value, headers)

@@ -266,7 +266,7 @@ class Sender:
             # The batch closes as soon as it reaches batch_size (at least one record).
             limit = batch_size - EMPTY_BATCH_SIZE + (ends[start - 1] if start else 0)
             end = min(bisect_left(ends, limit, start) + 1, n)
-            builder = BatchBuilder(compression=acc.compression)
+            builder = BatchBuilder(compression=acc.compression, is_transactional=acc.transactional)
             size = builder.extend_columns(timestamp_ms, keys[start:end], values[start:end],
                                           None if headers is None else headers[start:end])
             await self.reserve(size, max_block_ms)

@@ -291,6 +291,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _key("share.auto.offset.reset", str, "latest", "Where a new share group's partitions start, unless its first member asks otherwise.", ((lambda v: v in ("earliest", "latest")), "earliest or latest")),
     _key("share.coordinator.state.topic.num.partitions", int, 50, "Partitions of __share_group_state (fixed once the topic exists).", _at_least(1)),
     _key("share.coordinator.state.topic.replication.factor", int, 3, "Replicas of __share_group_state; capped at the number of registered brokers when it is created.", _at_least(1)),
+    _key("transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state (created on the first FindCoordinator for a transactional id); a transactional id lives in abs(hash(id)) % n.", _at_least(1)),
+    _key("transaction.state.log.replication.factor", int, 3, "Replication factor of __transaction_state (capped at the registered brokers).", _at_least(1)),
+    _key("transaction.max.timeout.ms", int, 15 * 60 * 1000, "The largest transaction.timeout.ms a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT above it).", _at_least(1)),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10_000, "How often the transaction coordinator aborts transactions open longer than their timeout.", _at_least(1)),
     _key("log.cleaner.enable", bool, True, "Run the log cleaner (compaction of cleanup.policy=compact topics).", None),
     _key("log.cleaner.backoff.ms", int, 15_000, "How long the cleaner sleeps when no log is cleanable.", _at_least(0)),
     _key("log.cleaner.io.max.bytes.per.poll", int, MIB, "Bytes the cleaner reads per step, so one step never holds up produce for long.", _at_least(1024)),
@@ -356,6 +360,10 @@ class BrokerConfig:
     share_auto_offset_reset: str = "latest"
     share_coordinator_state_topic_num_partitions: int = 50
     share_coordinator_state_topic_replication_factor: int = 3
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_max_timeout_ms: int = 15 * 60 * 1000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_io_max_bytes_per_poll: int = MIB

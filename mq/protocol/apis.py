@@ -13,6 +13,7 @@ from mq.protocol import messages as m
 from mq.protocol import mirror_messages as mirror
 from mq.protocol import producer_messages as producer
 from mq.protocol import share_messages as share
+from mq.protocol import txn_messages as txn
 from mq.protocol.schema import decoder_for, encoder_for
 
 CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
@@ -21,7 +22,7 @@ CLIENT_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
         m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.MetadataRequest, m.ApiVersionsRequest,
         m.CreateTopicsRequest, m.DeleteTopicsRequest, m.DeleteRecordsRequest, m.DescribeConfigsRequest,
         m.AlterConfigsRequest, m.CreatePartitionsRequest, *g.GROUP_REQUESTS,
-        *producer.PRODUCER_REQUESTS, *mirror.MIRROR_REQUESTS, *share.SHARE_REQUESTS,
+        *producer.PRODUCER_REQUESTS, *mirror.MIRROR_REQUESTS, *share.SHARE_REQUESTS, *txn.TXN_CLIENT_REQUESTS,
     )
 }
 
@@ -29,7 +30,7 @@ INTER_BROKER_REQUESTS: dict[m.ApiKey, type[m.Request]] = {
     cls.API_KEY: cls
     for cls in (
         ib.OffsetsForLeaderEpochRequest, ib.AlterPartitionRequest, ib.BrokerRegistrationRequest,
-        ib.BrokerHeartbeatRequest, ib.RaftRequest,
+        ib.BrokerHeartbeatRequest, ib.RaftRequest, *txn.TXN_INTER_BROKER_REQUESTS,
     )
 }
 

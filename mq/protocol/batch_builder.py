@@ -23,6 +23,7 @@ from mq.core.types import CompressionType
 from mq.protocol.batch_format import (
     BODY_HEADER,
     CODEC_MASK,
+    CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -72,6 +73,7 @@ class BatchBuilder:
         base_sequence: int = -1,
         partition_leader_epoch: int = -1,
         is_transactional: bool = False,
+        is_control: bool = False,
     ) -> None:
         self._codec = codec_of(int(compression))
         self._records: list[tuple[object, ...]] = []
@@ -81,7 +83,8 @@ class BatchBuilder:
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
         self._partition_leader_epoch = partition_leader_epoch
-        self._attributes = int(self._codec) | (TRANSACTIONAL_BIT if is_transactional else 0)
+        self._attributes = (int(self._codec) | (TRANSACTIONAL_BIT if is_transactional else 0)
+                            | (CONTROL_BIT if is_control else 0))
         self._built: bytes | None = None
         self._first_timestamp = 0
 

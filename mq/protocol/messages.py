@@ -37,6 +37,11 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DELETE_GROUPS = 42
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -411,6 +416,15 @@ class FetchTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """In a read_committed fetch answer: ``producer_id``'s transactional records from
+    ``first_offset`` up to its ABORT marker are to be dropped."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchPartitionResponse:
     partition: int
     error_code: int
@@ -421,6 +435,7 @@ class FetchPartitionResponse:
     error_message: str = ""
     diverging_epoch: int = -1  # set (with no records) when the follower's log diverged
     diverging_end_offset: int = -1  # end offset of diverging_epoch on the leader
+    aborted_transactions: list[AbortedTransaction] | None = None  # read_committed only
 
 
 @dataclass(frozen=True, slots=True)

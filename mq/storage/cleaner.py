@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mq.protocol.record_batch import BatchHeader, decode_record_columns, iter_batches, rebuild_batch
+from mq.storage.aborted_filter import AbortedBatches
 from mq.storage.cleanable import CleanableLog, cleanable_log, is_compacted
 from mq.storage.cleaner_checkpoint import CleanerCheckpoint, write_cleaner_checkpoint
 from mq.storage.index import MAX_RELATIVE_OFFSET
@@ -99,6 +100,9 @@ class LogCleaning:
         self._seg_i = next(i for i, s in enumerate(self._segments + [segments[end]])
                            if s.base_offset == cleanable.first_dirty_offset)
         self._cursor = segments[self._seg_i].base_offset
+        # Aborted transactions' records are garbage: they never supersede a key.
+        self._map_aborted = AbortedBatches(log.aborted_transactions(self._cursor, cleanable.first_uncleanable_offset))
+        self._write_aborted = AbortedBatches(())
         self._groups: list[_Group] = []
         self._g = 0
         self._out: LogSegment | None = None
@@ -174,7 +178,7 @@ class LogCleaning:
         self._cursor = got.end
         update = self._map.update
         for header, batch in got.batches:
-            if not header.is_control:
+            if not self._map_aborted.is_aborted(header, batch) and not header.is_control:
                 cols = decode_record_columns(batch, verify_crc=False)
                 update(zip(cols.keys, cols.offsets))
         return got.size
@@ -249,6 +253,7 @@ class LogCleaning:
         )
         self._src_i = 0
         self._cursor = first.base_offset
+        self._write_aborted = AbortedBatches(log.aborted_transactions(first.base_offset, group.segments[-1].next_offset))
         self._changed = False
         self._retained_tombstone = False
 
@@ -259,10 +264,13 @@ class LogCleaning:
         batches: list[tuple[int, int, int, int]] = []
         for header, batch in chunk.batches:
             stored: bytes | memoryview = batch
+            aborted = self._write_aborted.is_aborted(header, batch)
             if not header.is_control:
                 cols = decode_record_columns(batch, verify_crc=False)
                 kept = []
                 for record in zip(cols.offsets, cols.timestamps, cols.keys, cols.values, cols.headers):
+                    if aborted:
+                        continue  # an aborted transaction's record: never read under read_committed
                     key = record[2]
                     if key is not None:
                         newest = latest(key)

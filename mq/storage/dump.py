@@ -10,6 +10,9 @@ there, or breaks the order).
 ``.snapshot`` (producer state, ``mq.storage.producer_snapshot``): one
 ``{"type": "producer", ...}`` per producer id with its epoch, last sequence and offset,
 open transaction and cached batches; a damaged file gives ``{"type": "error"}``.
+A control batch (transaction marker) adds ``"control": {"marker", "coordinator_epoch"}``.
+``.txnindex`` (``mq.storage.txn_index``): one ``{"type": "aborted_txn", ...}`` per
+aborted transaction (producer id, first offset, marker offset, last stable offset).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from mq.core.errors import ErrorCode, MqError
+from mq.protocol.control_batch import marker_of
 from mq.protocol.errors import ProtocolError
 from mq.protocol.record_batch import HEADER_SIZE, BatchHeader, crc_ok, decode_records, read_header
 from mq.storage.fileio import FileIO
 from mq.storage.producer_snapshot import SNAPSHOT_SUFFIX, SnapshotError, read_snapshot
-from mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from mq.storage.txn_index import ENTRY_SIZE, decode_entries
 
 CHUNK = 8 * 1024 * 1024
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -36,20 +41,22 @@ def dump_segment(fileio: FileIO, path: str, *, decode: bool = False) -> Iterator
     if not fileio.exists(path):
         raise MqError(ErrorCode.INVALID_REQUEST, f"{path}: no such file")
     name = posixpath.basename(path)
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX):
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX, TXN_INDEX_SUFFIX):
         stem = name[: -len(suffix)]
         if name.endswith(suffix) and len(stem) == 20 and stem.isdigit():
             break
     else:
         raise MqError(
             ErrorCode.INVALID_REQUEST,
-            f"{path}: not a segment file (expected <20-digit offset>.log, .index, .timeindex or .snapshot)",
+            f"{path}: not a segment file (expected <20-digit offset>.log, .index, .timeindex, .txnindex or .snapshot)",
         )
     base_offset = int(stem)
     if suffix == SNAPSHOT_SUFFIX:
         return _dump_snapshot(fileio, posixpath.dirname(path), base_offset)
     if suffix == LOG_SUFFIX:
         return _dump_log(fileio, path, decode=decode)
+    if suffix == TXN_INDEX_SUFFIX:
+        return _dump_txn_index(fileio, path)
     return _dump_index(fileio, path, suffix, base_offset)
 
 
@@ -115,6 +122,12 @@ def _dump_log(fileio: FileIO, path: str, *, decode: bool) -> Iterator[dict[str, 
             "base_sequence": header.base_sequence, "is_transactional": header.is_transactional,
             "is_control": header.is_control,
         }
+        if header.is_control and ok:
+            try:
+                kind, coordinator_epoch = marker_of(data)
+                entry["control"] = {"marker": kind.name, "coordinator_epoch": coordinator_epoch}
+            except ProtocolError as exc:
+                entry["records_error"] = exc.message
         if decode and ok:
             try:
                 entry["records"] = [
@@ -127,6 +140,22 @@ def _dump_log(fileio: FileIO, path: str, *, decode: bool) -> Iterator[dict[str, 
             except ProtocolError as exc:
                 entry["records_error"] = exc.message
         yield entry
+
+
+def _dump_txn_index(fileio: FileIO, path: str) -> Iterator[dict[str, Any]]:
+    handle = fileio.open(path)
+    try:
+        data = handle.pread(0, handle.size())
+    finally:
+        handle.close()
+    entries = decode_entries(data)
+    for e in entries:
+        yield {"type": "aborted_txn", "producer_id": e.producer_id, "first_offset": e.first_offset,
+               "last_offset": e.last_offset, "last_stable_offset": e.last_stable_offset}
+    whole = len(entries) * ENTRY_SIZE
+    if whole != len(data):
+        yield {"type": "error", "position": whole, "valid": False,
+               "message": f"{len(data) - whole} trailing bytes (not a whole {ENTRY_SIZE}-byte entry)"}
 
 
 def _log_batch_ends(fileio: FileIO, log_path: str) -> dict[int, int] | None:

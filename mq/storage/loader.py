@@ -32,7 +32,13 @@ from mq.storage.checkpoint import (
     read_checkpoint,
 )
 from mq.storage.fileio import FileIO
-from mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from mq.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+)
 from mq.storage.swap import recover_swaps
 
 
@@ -62,7 +68,7 @@ def _scan_directory(fileio: FileIO, directory: str) -> list[int]:
     for name in names:
         orphan = any(
             (base := _base_offset(name, suffix)) is not None and base not in present
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
         )
         if orphan or name.endswith(TMP_SUFFIX):
             fileio.remove(posixpath.join(directory, name))

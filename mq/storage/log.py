@@ -31,15 +31,18 @@ from mq.core import failpoints
 from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP, CleanupPolicy
+from mq.protocol.batch_format import BatchHeader
 from mq.protocol.record_batch import read_header
 from mq.storage.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, write_checkpoint
 from mq.storage.cleaner_checkpoint import truncate_cleaner_checkpoint
 from mq.storage.fileio import FileIO
 from mq.storage.loader import load_log
+from mq.storage.log_transactions import LogTransactions
 from mq.storage.producer_snapshot import delete_snapshots, rebuild_producer_state, write_snapshot
-from mq.storage.producer_state import ProducerStateManager
+from mq.storage.producer_state import CompletedTxn
 from mq.storage.segment import LogCorruptedError, LogSegment
 from mq.storage.swap import swap_in
+from mq.storage.txn_index import AbortedTxn
 from mq.storage.validator import (
     LogAppendInfo,
     ValidatedRecords,
@@ -109,7 +112,10 @@ class Log:
         self._active_synced: tuple[int, int] | None = None
         # Idempotence (``mq.storage.producer_state``): kept by every replica from the
         # batches it appends; snapshotted beside each rolled segment and on close.
-        self.producer_state = ProducerStateManager()
+        # Transactions (``mq.storage.log_transactions``): the .txnindex files and what
+        # bounds the last stable offset, fed by the control batches the state applies.
+        self.transactions = LogTransactions(fileio, directory)
+        self.producer_state = self.transactions.producer_state(self._transaction_completed)
         self._snapshot_offset = -1  # offset of the snapshot file matching the state
 
     @classmethod
@@ -223,6 +229,46 @@ class Log:
         self._snapshot_offset = rebuild_producer_state(
             self.producer_state, self.fileio, self.directory, self._segments,
             log_start_offset=self._log_start_offset, log_end_offset=self.log_end_offset)
+
+    def _transaction_completed(self, header: BatchHeader, done: CompletedTxn) -> None:
+        segment = self._segments[self._segment_index(header.base_offset)]
+        found = segment.read(header.base_offset, max_bytes=header.size, max_offset=None, min_one_batch=True,
+                             limit_offset=None)
+        if found is not None:
+            self.transactions.completed(segment.base_offset, found[0], done,
+                                        first_unstable=self.producer_state.first_unstable_offset())
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The offset below which every transaction is decided and its marker replicated."""
+        return self.transactions.last_stable_offset(high_watermark, self.producer_state.first_unstable_offset())
+
+    @_storage_errors
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""
+        return self.transactions.collect([s.base_offset for s in self._segments], fetch_offset, upper_bound)
+
+    @_storage_errors
+    def append_markers_as_leader(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        """Append transaction markers (control batches from WriteTxnMarkers). A marker
+        of an epoch older than its producer's current one is refused
+        (``INVALID_PRODUCER_EPOCH``): a late marker of a fenced producer ends nothing."""
+        validated = validate_as_leader(
+            records, next_offset=self.log_end_offset, leader_epoch=leader_epoch, now_ms=now_ms,
+            config=self._config, markers=True,
+        )
+        data = validated.data
+        headers = [read_header(data, pos) for pos, _, _, _ in validated.batches]
+        for header in headers:
+            entry = self.producer_state.entry(header.producer_id)
+            if entry is not None and header.producer_epoch < entry.producer_epoch:
+                raise MqError(ErrorCode.INVALID_PRODUCER_EPOCH, (
+                    f"transaction marker of producer id {header.producer_id} has epoch {header.producer_epoch}, "
+                    f"older than its current epoch {entry.producer_epoch}: the marker is stale"))
+        self._append(validated, now_ms)
+        self.producer_state.update_all(headers)
+        return validated.info
 
     @_storage_errors
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
@@ -406,6 +452,7 @@ class Log:
         self._fsync_segment(active)
         self._dir_dirty = True
         self._after_truncation()
+        self.transactions.truncate_to([s.base_offset for s in self._segments], offset)
         self._rebuild_producer_state()
 
     @_storage_errors
@@ -432,6 +479,7 @@ class Log:
         self._dir_dirty = True
         self._after_truncation()
         delete_snapshots(self.fileio, self.directory, above=-1)
+        self.transactions.reset()
         self.producer_state.clear(offset)
         self._snapshot_offset = -1
 
@@ -529,8 +577,12 @@ class Log:
         i = next((n for n, s in enumerate(segments) if s is old[0]), -1)
         if i < 0 or i + len(old) >= len(segments) or any(a is not b for a, b in zip(segments[i:], old)):
             raise MqError(ErrorCode.UNKNOWN_SERVER_ERROR, "the segments to replace are not in the log")
+        aborted = self.transactions.merge([s.base_offset for s in old])
         new = swap_in(self.fileio, self.directory, old, self._config, created_ms=created_ms)
         segments[i : i + len(old)] = [new]
+        self.transactions.forget_missing([s.base_offset for s in segments if s is not new])
+        if aborted:
+            self.transactions.index(new.base_offset).replace(aborted)
         return new
 
     # ---- durability
@@ -558,6 +610,8 @@ class Log:
     def _fsync_segment(self, segment: LogSegment, *, indexes: bool = True) -> None:
         failpoints.hit("storage.before_fsync", self._failpoint_scope)
         segment.flush(indexes=indexes)
+        if indexes:
+            self.transactions.flush(segment.base_offset)
 
     @_storage_errors
     def checkpoint(self) -> None:

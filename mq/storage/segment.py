@@ -24,6 +24,7 @@ from mq.storage.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 HEADER_WINDOW = 16 * 1024
 CRC_WINDOW = 8 * 1024 * 1024
 MAX_SEGMENT_BYTES = 2**31 - 1
@@ -66,6 +67,7 @@ class LogSegment:
         self.base_offset = base_offset
         prefix = posixpath.join(directory, segment_name(base_offset))
         self.log_path = prefix + LOG_SUFFIX + file_suffix
+        self.txn_index_path = prefix + TXN_INDEX_SUFFIX + file_suffix
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index = OffsetIndex(
             fileio, prefix + INDEX_SUFFIX + file_suffix, base_offset,
@@ -516,6 +518,8 @@ class LogSegment:
         self.time_index.delete()
         if self.fileio.exists(self.log_path):
             self.fileio.remove(self.log_path)
+        if self.fileio.exists(self.txn_index_path):
+            self.fileio.remove(self.txn_index_path)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self._size})"

@@ -70,7 +70,7 @@ def _headers(records: bytes | bytearray | memoryview) -> list[tuple[int, BatchHe
     return headers
 
 
-def _check_client_batch(header: BatchHeader, config: TopicConfig, now_ms: int) -> None:
+def _check_client_batch(header: BatchHeader, config: TopicConfig, now_ms: int, *, markers: bool = False) -> None:
     if header.size > config.max_message_bytes:
         raise MqError(
             ErrorCode.RECORD_TOO_LARGE,
@@ -81,8 +81,9 @@ def _check_client_batch(header: BatchHeader, config: TopicConfig, now_ms: int) -
             ErrorCode.INVALID_RECORD,
             f"batch has {header.record_count} records but last_offset_delta {header.last_offset_delta}",
         )
-    if header.is_control:
-        raise MqError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if header.is_control != markers:
+        raise MqError(ErrorCode.INVALID_RECORD, "clients may not write control batches" if header.is_control
+                      else "a transaction marker request holds a batch that is not a control batch")
     limit = config.message_timestamp_difference_max_ms
     if (
         config.message_timestamp_type == TimestampType.CREATE_TIME
@@ -100,12 +101,13 @@ def _check_client_batch(header: BatchHeader, config: TopicConfig, now_ms: int) -
 
 def validate_as_leader(
     records: bytes | bytearray | memoryview, *, next_offset: int, leader_epoch: int,
-    now_ms: int, config: TopicConfig,
+    now_ms: int, config: TopicConfig, markers: bool = False,
 ) -> ValidatedRecords:
-    """Check every batch, then assign offsets from ``next_offset`` in a copy."""
+    """Check every batch, then assign offsets from ``next_offset`` in a copy. With
+    ``markers`` the batches must be control batches (WriteTxnMarkers), else none may be."""
     headers = _headers(records)
     for _, header in headers:
-        _check_client_batch(header, config, now_ms)
+        _check_client_batch(header, config, now_ms, markers=markers)
     data = bytearray(records)
     log_append_time = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
     batches = []

@@ -83,3 +83,18 @@ def test_tiny_idempotence_benchmark_compares_plain_and_idempotent() -> None:
     ratios = {x["workload"]: x for x in lines if x.get("ratio") == "idempotent / plain produce (acks=all)"}
     assert set(ratios) == {"P1-idem", "P1b-idem"}
     assert all(len(r["per_run"]) == 2 and r["median_ratio"] > 0 for r in ratios.values())
+
+
+def test_tiny_transactional_benchmark_reports_both_modes_and_the_ratio() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench_txn", "--records", "600", "--runs", "2", "--per-txn", "100"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    runs = [x for x in lines if "rec_per_s" in x]
+    assert sorted((x["system"], x["run"]) for x in runs) == [
+        ("mq-idempotent", 0), ("mq-idempotent", 1), ("mq-transactional", 0), ("mq-transactional", 1)]
+    assert all(x["rec_per_s"] > 0 and x["records"] == 600 and x["per_txn"] == 100 for x in runs)
+    [summary] = [x for x in lines if "median_ratio" in x]
+    assert summary["median_ratio"] > 0 and len(summary["per_run"]) == 2

@@ -140,6 +140,7 @@ class RecordAccumulator:
         self.idempotence: Any = None
         """An ``IdempotenceManager`` when the producer is idempotent: it gates and stamps
         what ``drain`` takes (``mq.client.internals.idempotence``)."""
+        self.transactional = False  # a transactional producer's batches (attribute bit 4)
         self.flushing = False
         self.closing = False
 
@@ -182,7 +183,8 @@ class RecordAccumulator:
     def open_batch(self, queue: PartitionQueue, now_ms: int) -> ProducerBatch:
         """Close the partition's open batch (it is full) and open an empty one."""
         queue.close_open()
-        batch = ProducerBatch(queue.topic_partition, BatchBuilder(compression=self.compression),
+        batch = ProducerBatch(queue.topic_partition, BatchBuilder(compression=self.compression,
+                                                                   is_transactional=self.transactional),
                               now_ms, self.future_factory())
         queue.batches.append(batch)
         queue.open = batch

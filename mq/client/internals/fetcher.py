@@ -26,7 +26,9 @@ from mq.client.internals.metadata import needs_metadata_refresh
 from mq.client.internals.subscription import SubscriptionState, TopicPartitionState
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import TimestampType, TopicPartition
+from mq.protocol.control_batch import ControlType, marker_of
 from mq.protocol.messages import (
+    AbortedTransaction,
     FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
@@ -64,11 +66,20 @@ class FetchOutcome:
 
 
 class CompletedFetch:
-    """Raw bytes of one partition from one fetch response, consumed batch by batch."""
+    """Raw bytes of one partition from one fetch response, consumed batch by batch.
 
-    __slots__ = ("data", "index", "pos", "records", "records_next", "seek_epoch", "tp")
+    ``aborted`` (read_committed): the answer's aborted transactions, by first offset.
+    As batches are read, each transaction whose first offset is reached puts its
+    producer id in ``aborted_pids``; that producer's transactional batches are then
+    dropped until its ABORT marker takes it out again (Kafka's ``FetchCollector``)."""
 
-    def __init__(self, tp: TopicPartition, data: memoryview, seek_epoch: int) -> None:
+    __slots__ = ("aborted", "aborted_pids", "data", "index", "pos", "records", "records_next", "seek_epoch",
+                 "tp")
+
+    def __init__(self, tp: TopicPartition, data: memoryview, seek_epoch: int,
+                 aborted: list[AbortedTransaction] | None = None) -> None:
+        self.aborted = deque(sorted(aborted or (), key=lambda t: t.first_offset))
+        self.aborted_pids: set[int] = set()
         self.tp = tp
         self.data = data
         self.pos = 0
@@ -80,6 +91,9 @@ class CompletedFetch:
 
 SentFetch = dict[TopicPartition, tuple[int, int]]  # tp -> (fetch_offset, seek_epoch)
 
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+"""The consumer's ``isolation_level`` and its wire value in FetchRequest."""
+
 _new_tuple = tuple.__new__
 _TIMESTAMP_TYPES = (TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME)
 
@@ -88,7 +102,12 @@ class Fetcher:
     def __init__(self, subscriptions: SubscriptionState, *, fetch_min_bytes: int = 1,
                  fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 50 * 1024 * 1024,
                  max_partition_fetch_bytes: int = 1024 * 1024, check_crcs: bool = True,
-                 max_buffered_per_partition: int = 2, max_gaps: int = 1000) -> None:
+                 max_buffered_per_partition: int = 2, max_gaps: int = 1000,
+                 isolation_level: str = "read_uncommitted") -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise MqError(ErrorCode.INVALID_CONFIG, f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                                                    f"not {isolation_level!r}")
+        self.isolation_level = ISOLATION_LEVELS[isolation_level]
         self.subscriptions = subscriptions
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -147,7 +166,7 @@ class Fetcher:
             request = FetchRequest(
                 topics=[FetchTopic(name, parts) for name, parts in topics.items()],
                 max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                max_bytes=self.fetch_max_bytes)
+                max_bytes=self.fetch_max_bytes, isolation_level=self.isolation_level)
             self.in_flight_nodes[node] = None
             for tp in sent:
                 self._in_flight_partitions[tp] = node
@@ -192,7 +211,7 @@ class Fetcher:
             data = memoryview(part.records)
             end = _complete_prefix(data)
             if end:
-                self.completed.append(CompletedFetch(tp, data[:end], seek_epoch))
+                self.completed.append(CompletedFetch(tp, data[:end], seek_epoch, part.aborted_transactions))
                 self._next_fetch[tp] = (seek_epoch, _last_next_offset(data, end))
             return False
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -260,8 +279,16 @@ class Fetcher:
             if header.base_offset > position:
                 self.gaps.append(OffsetGap(tp, position, header.base_offset))
                 st.position = position = header.base_offset
+            if cf.aborted and header.producer_id >= 0:
+                while cf.aborted and cf.aborted[0].first_offset <= header.last_offset:
+                    cf.aborted_pids.add(cf.aborted.popleft().producer_id)
             if header.is_control:
+                if header.producer_id in cf.aborted_pids and marker_of(data[start:cf.pos])[0] == ControlType.ABORT:
+                    cf.aborted_pids.discard(header.producer_id)
                 st.position = header.next_offset
+                continue
+            if header.is_transactional and header.producer_id in cf.aborted_pids:
+                st.position = header.next_offset  # an aborted transaction's records
                 continue
             cols = decode_record_columns(data[start:cf.pos], verify_crc=self.check_crcs)
             cols = cols.since(position)

@@ -18,6 +18,7 @@ from mq.protocol import (
     mirror_messages,
     producer_messages,
     share_messages,
+    txn_messages,
 )
 from mq.protocol.messages import Records, Request, Response
 from mq.protocol.reference import example_instance
@@ -56,7 +57,8 @@ def dataclass_strategy(cls: type) -> st.SearchStrategy[typing.Any]:
 
 def _message_classes(base: type) -> list[type]:
     found = [
-        obj for module in (messages, inter_broker, group_messages, mirror_messages, producer_messages, share_messages)
+        obj for module in (messages, inter_broker, group_messages, mirror_messages, producer_messages, share_messages,
+                           txn_messages)
         for obj in vars(module).values()
         if isinstance(obj, type) and issubclass(obj, base) and dataclasses.is_dataclass(obj)
     ]

@@ -107,7 +107,7 @@ def test_every_api_has_a_request_and_response_class() -> None:
 def test_inter_broker_apis_use_kafkas_keys_and_are_served() -> None:
     assert {int(k): c.__name__ for k, c in INTER_BROKER_REQUESTS.items()} == {
         23: "OffsetsForLeaderEpochRequest", 56: "AlterPartitionRequest",
-        62: "BrokerRegistrationRequest", 63: "BrokerHeartbeatRequest", 1000: "RaftRequest",
+        62: "BrokerRegistrationRequest", 63: "BrokerHeartbeatRequest", 1000: "RaftRequest", 27: "WriteTxnMarkersRequest",
     }
     assert set(INTER_BROKER_REQUESTS) <= set(SUPPORTED_VERSIONS)  # ApiVersions lists them
 
