@@ -53,6 +53,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import add, itemgetter
 from typing import Protocol, runtime_checkable
 
 from mq.core.conflict import (
@@ -74,6 +76,9 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 _MAX_DIGITS = 20  # "-9223372036854775808"
 _MAX_PATH_BYTES = (MAX_HOPS + 1) * 65
+
+_first = itemgetter(0)
+_DECIMAL = b"%d".__mod__  # an int as ASCII decimal, in C
 
 MALFORMED_PROVENANCE = "MALFORMED_PROVENANCE"
 INVALID_REMOTE_NAME = "INVALID_REMOTE_NAME"
@@ -407,6 +412,28 @@ class Stamper:
         if p is None:
             return decision, None, -1, ()
         return decision, (p.origin_region, p.origin_partition), p.origin_offset, out
+
+    def stamp_columns(self, offsets: Sequence[int], timestamps: Sequence[int],
+                      headers: Sequence[Headers]) -> Sequence[tuple[tuple[str, bytes], ...]] | None:
+        """The headers column of the copies of a run of records (a decoded batch's columns),
+        when every one takes ``copy``'s fast path: each is forwarded, its origin is
+        ``self.origin`` and its origin offset its offset. Built in C-level passes from the
+        prepared header pairs: only the origin offset and timestamp are formatted per
+        record. None when some record carries a provenance header (the caller decides those
+        one by one with ``copy``)."""
+        if not self._local:
+            return None
+        n = len(offsets)
+        if headers.count(()) != n and not _PROVENANCE_SET.isdisjoint(
+                map(_first, chain.from_iterable(headers))):
+            return None
+        head0, head1 = self._head
+        tail0, tail1 = self._tail
+        stamps = zip(repeat(head0, n), repeat(head1), zip(repeat(ORIGIN_OFFSET), map(_DECIMAL, offsets)),
+                     zip(repeat(ORIGIN_TIMESTAMP), map(_DECIMAL, timestamps)), repeat(tail0), repeat(tail1))
+        if headers.count(()) == n:
+            return list(stamps)
+        return list(map(add, map(tuple, headers), stamps))
 
 
 # ---------------------------------------------------------------------------- topics
