@@ -42,7 +42,7 @@ WORKLOADS = ("P1", "P1b", "P2", "P5", "P8", "P3", "P4", "failover",
              "rebalance", "group-throughput", "coordinator-failover", "P7", "P7-latency", "geo-failover")
 REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
 GROUP_WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")  # loadtests/bench_groups.py
-GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover")  # two regions and the mirror: loadtests/bench_geo.py
+GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover", "AA", "AA-latency", "AA-transform")  # two regions and the mirror(s): loadtests/bench_geo.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
 VALUE_POOL = 4096  # distinct values, cycled: same data for every system, little memory
 # (mq workload, peer, operation, target ratio from PERFORMANCE.md)
