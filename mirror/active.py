@@ -62,8 +62,9 @@ class PartitionBlocked(Exception):
 
 @dataclass
 class Fetched:
-    """The records of one fetch to write, as columns (headers already stamped with their
-    provenance), in source order."""
+    """The records of one fetch to write, as columns, in source order. ``headers``: each
+    record's own headers while every record took the fast path (``Stamper.appended``
+    stamps them when the write is built), else (``stamped``) each copy's whole headers."""
 
     offsets: list[int]
     timestamps: list[int]
@@ -72,6 +73,7 @@ class Fetched:
     headers: list[tuple[tuple[str, bytes], ...]]
     next_offset: int
     records: int  # fetched past the offset asked for
+    stamped: bool = False
 
     @property
     def writes(self) -> int:
@@ -379,16 +381,20 @@ class ActiveCopier:
                 continue
             cols = decode_record_columns(view[pos:pos + header.size]).since(offset)
             out.records += len(cols)
-            stamped = stamper.stamp_columns(cols.offsets, cols.timestamps, cols.headers)
-            if stamped is not None:
+            if stamper.takes_fast_path(cols.headers):
                 first = index.admit_run(stamper.origin, cols.offsets)
                 rp.duplicates += first
-                out.offsets += cols.offsets[first:]
-                out.timestamps += cols.timestamps[first:]
+                offsets, timestamps = cols.offsets[first:], cols.timestamps[first:]
+                out.offsets += offsets
+                out.timestamps += timestamps
                 out.keys += cols.keys[first:]
                 out.values += cols.values[first:]
-                out.headers += stamped[first:]
+                own = cols.headers[first:]
+                out.headers += stamper.appended.columns(own, offsets, timestamps) if out.stamped else own
             else:
+                if not out.stamped:  # from here on the headers column holds whole headers
+                    out.headers = stamper.appended.columns(out.headers, out.offsets, out.timestamps)
+                    out.stamped = True
                 _decide_each(rp, cols, out)
         if out.next_offset == offset:
             return None  # nothing new (a long poll that ended empty)
@@ -398,7 +404,8 @@ class ActiveCopier:
 
     async def _write(self, rp: RemotePartition, fetched: Fetched) -> None:
         """Steps 4 and 5, in writes of at most ``write_max_bytes`` (one batch each, built
-        from the columns by ``build_batch_columns``)."""
+        from the columns: ``AppendedHeaders.build`` from byte templates, or
+        ``build_batch_columns`` when the headers are already whole)."""
         topic, partition = rp.remote_tp.topic, rp.remote_tp.partition
         ends = _cumulative_sizes(fetched.keys, fetched.values)
         compression = self.producer.compression
@@ -408,8 +415,12 @@ class ActiveCopier:
             j = max(i + 1, bisect_right(ends, before + self.write_max_bytes, i))
             size = ends[j - 1] - before
             offsets, timestamps = fetched.offsets[i:j], fetched.timestamps[i:j]
-            batch = build_batch_columns(timestamps, fetched.keys[i:j], fetched.values[i:j], fetched.headers[i:j],
-                                        compression=compression)
+            if fetched.stamped:
+                batch = build_batch_columns(timestamps, fetched.keys[i:j], fetched.values[i:j],
+                                            fetched.headers[i:j], compression=compression)
+            else:  # origin offset and timestamp: the record's own
+                batch = rp.stamper.appended.build(timestamps, fetched.keys[i:j], fetched.values[i:j],
+                                                  fetched.headers[i:j], offsets, timestamps, compression=compression)
             base = await self.producer.send_built_batch(topic, partition, batch, j - i, size)
             wall, now = self.clock.wall_ms(), self.clock.monotonic_ms()
             rp.records_mirrored += j - i

@@ -2,8 +2,8 @@
 encodes exactly what the record-by-record path does: each batch-level piece is checked
 against its per-record reference on random input (``Stamper.stamp_columns`` against
 ``Stamper.copy``, ``DedupeIndex.admit_run`` against ``admit_origin``,
-``OffsetSyncEmitter.on_written_run`` against ``on_written``, ``build_batch_columns``
-against ``build_batch``), and ``ActiveCopier._decide`` on fetches mixing local records,
+``OffsetSyncEmitter.on_written_run`` against ``on_written``, ``build_batch_columns`` and
+``AppendedHeaders.build`` against ``build_batch``), and ``ActiveCopier._decide`` on fetches mixing local records,
 records with provenance and duplicates against the per-record loop it replaced."""
 
 from __future__ import annotations
@@ -100,6 +100,28 @@ def test_build_batch_columns_is_build_batch(recs: list, codec: CompressionType) 
     assert [r.timestamp for r in decode_records(same)] == [7] * len(recs)
 
 
+@settings(max_examples=200)
+@given(records, st.sampled_from([CompressionType.NONE, CompressionType.LZ4]), st.booleans(),
+       st.integers(0, 2**62))
+def test_appended_headers_build_what_build_batch_builds(recs: list, codec: CompressionType, own: bool,
+                                                        base: int) -> None:
+    stamper = Stamper(Route("east", "west"), 2)
+    keys, values, headers, timestamps = (tuple(c) for c in zip(*recs, strict=True))
+    # what takes the fast path: headers of the record's own, none of them provenance
+    headers = tuple(tuple(h for h in hs if h[0] not in PROVENANCE_HEADERS) if own else () for hs in headers)
+    assert stamper.takes_fast_path(headers)
+    offsets = range(base, base + len(recs))
+    batch = stamper.appended.build(timestamps, keys, values, headers, offsets, timestamps, compression=codec)
+    stamped = [stamper.copy(h, o, t)[3] for h, o, t in zip(headers, offsets, timestamps, strict=True)]
+    want = build_batch([(k, v, h, t) for k, v, h, t in zip(keys, values, stamped, timestamps, strict=True)],
+                       compression=codec)
+    if codec is CompressionType.NONE:
+        assert batch == want  # byte for byte: the templates are msgpack's own encoding
+    assert decode_records(batch) == decode_records(want)
+    with pytest.raises(ValueError, match="one entry per record"):
+        stamper.appended.build(timestamps, keys, values, headers, offsets[:-1], timestamps)
+
+
 def test_build_batch_columns_refuses_ragged_or_empty_columns() -> None:
     with pytest.raises(ValueError, match="one entry per record"):
         build_batch_columns((1, 2), (None,), (b"a", b"b"), ((), ()))
@@ -160,9 +182,8 @@ def test_decide_writes_what_the_per_record_path_writes(seed: int) -> None:
         offset += n
     start = rnd.randint(first_offset, offset - 1)  # a fetch returns the batch that holds it
     high = rnd.randint(first_offset - 1, offset)  # what an earlier run wrote (a restart)
-    make = lambda: RemotePartition(TP, "east.orders", route, offset_lag_max=100,  # noqa: E731
-                                   offset_sync_interval_ms=1000)
-    fast, slow = make(), make()
+    fast, slow = (RemotePartition(TP, "east.orders", route, offset_lag_max=100, offset_sync_interval_ms=1000)
+                  for _ in range(2))
     for rp in (fast, slow):
         if high >= 0:
             rp.index = DedupeIndex({("east", TP.partition): high})
@@ -170,6 +191,8 @@ def test_decide_writes_what_the_per_record_path_writes(seed: int) -> None:
     want = _reference(slow, fetched, start)
     assert got is not None and got.next_offset == offset
     assert got.records == offset - start
-    assert list(zip(got.offsets, got.timestamps, got.keys, got.values, got.headers, strict=True)) == want
+    headers = got.headers if got.stamped else fast.stamper.appended.columns(got.headers, got.offsets, got.timestamps)
+    assert got.stamped == any(name in PROVENANCE_HEADERS for r in fetched if r[0] >= start for name, _ in r[4])
+    assert list(zip(got.offsets, got.timestamps, got.keys, got.values, headers, strict=True)) == want
     assert (fast.duplicates, fast.not_forwarded, fast.index.high) == (slow.duplicates, slow.not_forwarded,
                                                                       slow.index.high)
