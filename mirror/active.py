@@ -11,11 +11,14 @@ One task per source partition, each a loop:
 2. **fetch** from the source (raw batches below the high watermark, through the link),
    the next fetch already in flight while the current records are written;
 3. **decide** each record: the forwarding rule (``forward_copy``) and the index
-   (``DedupeIndex.admit``); a record left out is counted, never written;
+   (``DedupeIndex.admit``); a record left out is counted, never written. A source batch
+   whose records carry no provenance is decided whole (``Stamper.takes_fast_path``,
+   ``DedupeIndex.admit_run``): see ``_decide``;
 4. **write** the rest to the remote partition (same partition number, the source's
    timestamps, provenance headers) with a plain producer (``acks=all``, no retries, no
-   idempotence): each write is one record batch (``Producer.send_batch``), appended whole
-   or not at all, of at most ``write_max_bytes``, one in flight per partition, in order;
+   idempotence): each write is one record batch built from columns (``AppendedHeaders``
+   templates) and sent whole (``Producer.send_built_batch``), appended whole or not at
+   all, of at most ``write_max_bytes``, one in flight per partition, in order;
 5. after the acknowledgement, feed the written ``(source offset, target offset)`` pairs to
    the ``OffsetSyncEmitter`` and write the syncs it emits.
 
