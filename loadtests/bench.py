@@ -42,7 +42,7 @@ WORKLOADS = ("P1", "P1b", "P2", "P5", "P1-idem", "P1b-idem", "P8", "P3", "P4", "
              "rebalance", "group-throughput", "coordinator-failover", "P7", "P7-latency", "geo-failover")
 REGION_WORKLOADS = ("P3", "P4", "failover")  # three brokers: loadtests/bench_region.py
 GROUP_WORKLOADS = ("rebalance", "group-throughput", "coordinator-failover")  # loadtests/bench_groups.py
-GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover")  # two regions and the mirror: loadtests/bench_geo.py
+GEO_WORKLOADS = ("P7", "P7-latency", "geo-failover", "AA", "AA-latency", "AA-transform")  # two regions and the mirror(s): loadtests/bench_geo.py
 DEFAULT_WORKLOADS = ("P1", "P1b", "P2", "P5")
 IDEMPOTENCE_WORKLOADS = ("P1-idem", "P1b-idem")  # acks=all, plain against idempotent, side by side
 IDEMPOTENCE_TARGET = 0.9  # issue 14: idempotent produce at most 10% slower

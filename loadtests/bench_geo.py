@@ -47,12 +47,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from loadtests import aa_workloads as aa
 from loadtests import geo_workloads as work
 from loadtests.stats import emit, load_average, median, versions
 from mq.core.errors import MqError
+from mq.lab.active import FLOWS as AA_FLOWS
+from mq.lab.active import start_active_active
 from mq.lab.geo import SOURCE, TARGET, GeoLab
+from mq.lab.process import rss_mb
 
-WORKLOADS = ("P7", "P7-latency", "geo-failover")
+WORKLOADS = ("P7", "P7-latency", "geo-failover", "AA", "AA-latency", "AA-transform")
+AA_LOADED = ("both", "one")
 P7_MODES = ("backlog", "live")
 FAILOVER_MODES = ("planned", "disaster")
 PEER_NOTE = {"peer": "mirrormaker2", "available": False,
@@ -97,6 +102,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--failover-runs", type=int, default=3, help="geo-failover: runs per rate and mode")
     parser.add_argument("--steady-s", type=float, default=5.0, help="geo-failover: seconds of load before T0")
     parser.add_argument("--no-failback", action="store_true", help="geo-failover: skip the timed fail-back")
+    parser.add_argument("--aa-loaded", default=",".join(AA_LOADED),
+                        help="AA: out of both (a producer in each region), one (east only)")
+    parser.add_argument("--aa-modes", default="live",
+                        help=f"AA: out of {', '.join(P7_MODES)} (backlog: the flows start once both regions are filled)")
+    parser.add_argument("--aa-rate", type=int, default=20_000,
+                        help="AA-latency: records per second into each region")
+    parser.add_argument("--transform-batches", type=int, default=50,
+                        help="AA-transform: source batches of 1,000 records per run")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config for every broker of both regions (repeatable)")
     parser.add_argument("--mirror-config", action="append", default=[], metavar="KEY=VALUE",
@@ -105,6 +118,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.only = _names(args.only, WORKLOADS, parser, "--only")
     args.p7_modes = _names(args.p7_modes, P7_MODES, parser, "--p7-modes")
     args.failover_modes = _names(args.failover_modes, FAILOVER_MODES, parser, "--failover-modes")
+    args.aa_loaded = _names(args.aa_loaded, AA_LOADED, parser, "--aa-loaded")
+    args.aa_modes = _names(args.aa_modes, P7_MODES, parser, "--aa-modes")
     try:
         args.failover_rates = _ints(args.failover_rates)
         args.rates = _ints(args.rate)
@@ -112,7 +127,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.mirror_configs = dict(item.split("=", 1) for item in args.mirror_config)
     except ValueError:
         parser.error("--rate and --failover-rates take integers, --broker-config and --mirror-config KEY=VALUE")
-    if min(args.runs, args.failover_runs, args.brokers, args.partitions, args.records, args.producers,
+    if min(args.runs, args.failover_runs, args.aa_rate, args.transform_batches, args.brokers, args.partitions, args.records, args.producers,
            *args.rates or [0], *args.failover_rates or [0]) < 1:
         parser.error("counts, rates and --failover-rates must be at least 1")
     return args
@@ -153,6 +168,21 @@ class GeoBench:
                     if "P7-latency" in args.only:
                         for rate in args.rates:
                             self.latency(lab, run, rate)
+        if {"AA", "AA-latency"} & set(args.only):
+            with self.aa_lab() as lab:
+                for run in range(1, args.runs + 1):
+                    if "AA" in args.only:
+                        for mode in args.aa_modes:
+                            for loaded in args.aa_loaded:
+                                self.aa(lab, run, loaded, mode)
+                    if "AA-latency" in args.only:
+                        self.aa_latency(lab, run)
+        if "AA-transform" in args.only:
+            for line in aa.transform(batches=args.transform_batches, batch_records=1_000,
+                                     size_bytes=args.size_bytes, reps=max(3, args.runs)):
+                self.record({"workload": "AA-transform", "system": "mq",
+                             "operation": "source batches -> target batches with provenance, no I/O",
+                             "size_bytes": args.size_bytes, **line})
         if "geo-failover" in args.only:
             for run in range(1, args.failover_runs + 1):  # rates and modes interleaved
                 for rate in args.failover_rates:
@@ -186,6 +216,49 @@ class GeoBench:
         self.record({"workload": "P7-latency", "system": "mq", "operation": "replication latency", "run": run,
                      **line, **work.memory(lab), "settings": {**line["settings"], **self.common(lab)}})
         self._drop(lab, topic)
+
+    def aa_lab(self) -> GeoLab:
+        return start_active_active(brokers=self.args.brokers, latency_ms=self.args.link_latency_ms,
+                                   configs=self.args.broker_configs, mirror_configs=self.args.mirror_configs,
+                                   refresh_interval_ms=500, ready_timeout_s=120)
+
+    def aa_common(self, lab: GeoLab) -> dict[str, Any]:
+        return {"brokers_per_region": self.args.brokers, "link_latency_ms": self.args.link_latency_ms,
+                "size_bytes": self.args.size_bytes, "mirror_configs": self.args.mirror_configs}
+
+    def _aa_memory(self, lab: GeoLab) -> dict[str, Any]:
+        return {"broker_rss_mb": work.memory(lab)["broker_rss_mb"],
+                "mirror_rss_mb": {flow: rss_mb(lab.mirror_pid(flow)) for flow in AA_FLOWS}}
+
+    def aa(self, lab: GeoLab, run: int, loaded: str, mode: str) -> None:
+        args = self.args
+        topic = f"aa-{mode}-{loaded}-{self.tag}-r{run}"
+        sources = ("east", "west") if loaded == "both" else ("east",)
+        line = aa.aa_throughput(lab, topic, records=args.records, partitions=args.partitions,
+                                producers=args.producers, size_bytes=args.size_bytes, seed=args.seed,
+                                chunk_records=args.chunk_records, batch_size=args.batch_size, sources=sources,
+                                backlog=mode == "backlog")
+        self.record({"workload": "AA", "system": "mq", "operation": "active-active mirror", "run": run, **line,
+                     **self._aa_memory(lab), "settings": {**line["settings"], **self.aa_common(lab)}})
+        self._aa_drop(lab, topic)
+
+    def aa_latency(self, lab: GeoLab, run: int) -> None:
+        args = self.args
+        topic = f"aalat-{self.tag}-r{run}"
+        line = aa.aa_latency(lab, topic, rate=args.aa_rate, seconds=args.latency_seconds, warmup_s=args.warmup_s,
+                             partitions=args.partitions, size_bytes=args.size_bytes, linger_ms=args.linger_ms)
+        self.record({"workload": "AA-latency", "system": "mq", "operation": "active-active replication latency",
+                     "run": run, **line, **self._aa_memory(lab),
+                     "settings": {**line["settings"], **self.aa_common(lab)}})
+        self._aa_drop(lab, topic)
+
+    def _aa_drop(self, lab: GeoLab, topic: str) -> None:
+        """Untimed: the run's topics in both regions; the flows' next refresh lets them go."""
+        for region, other in (("east", "west"), ("west", "east")):
+            try:
+                lab.admin(region).delete_topics([topic, f"{other}.{topic}"])
+            except MqError as exc:
+                print(f"deleting {topic} in {region}: {exc}", file=sys.stderr)
 
     def failover(self, run: int, rate: int, mode: str) -> None:
         args = self.args
@@ -223,6 +296,21 @@ class GeoBench:
                                                              if r.get("send_to_ack")] or [float("nan")]), 1),
                   "median_achieved_rec_per_s": round(median([r["achieved_rec_per_s"] for r in runs])),
                   "target": {"p99_ms": 1000}, "meets_target": p99 <= 1000})
+        for mode, loaded in [(m, x) for m in P7_MODES for x in AA_LOADED]:
+            runs = self.of("AA", mode=mode, loaded="both" if loaded == "both" else "east only")
+            if runs:
+                rate = median([r["min_direction_rec_per_s"] for r in runs])
+                emit({"summary": True, "workload": "AA", "mode": mode, "loaded": loaded, "runs": len(runs),
+                      "median_min_direction_rec_per_s": round(rate),
+                      "per_run": [{k: d["rec_per_s"] for k, d in r["directions"].items()} for r in runs],
+                      "target": 150_000, "meets_target": rate >= 150_000})
+        runs = self.of("AA-latency")
+        if runs:
+            p99s = [d["latency"]["p99_ms"] for r in runs for d in r["directions"].values()]
+            emit({"summary": True, "workload": "AA-latency", "rate_per_direction": self.args.aa_rate,
+                  "runs": len(runs), "median_p50_ms": round(median([d["latency"]["p50_ms"] for r in runs
+                                                                     for d in r["directions"].values()]), 1),
+                  "median_p99_ms": round(median(p99s), 1), "max_p99_ms": max(p99s)})
         for rate in self.args.failover_rates:
             for mode in FAILOVER_MODES:
                 runs = self.of("geo-failover", rate=rate, mode=mode)

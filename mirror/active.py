@@ -11,11 +11,14 @@ One task per source partition, each a loop:
 2. **fetch** from the source (raw batches below the high watermark, through the link),
    the next fetch already in flight while the current records are written;
 3. **decide** each record: the forwarding rule (``forward_copy``) and the index
-   (``DedupeIndex.admit``); a record left out is counted, never written;
+   (``DedupeIndex.admit``); a record left out is counted, never written. A source batch
+   whose records carry no provenance is decided whole (``Stamper.takes_fast_path``,
+   ``DedupeIndex.admit_run``): see ``_decide``;
 4. **write** the rest to the remote partition (same partition number, the source's
    timestamps, provenance headers) with a plain producer (``acks=all``, no retries, no
-   idempotence): each write is one record batch (``Producer.send_batch``), appended whole
-   or not at all, of at most ``write_max_bytes``, one in flight per partition, in order;
+   idempotence): each write is one record batch built from columns (``AppendedHeaders``
+   templates) and sent whole (``Producer.send_built_batch``), appended whole or not at
+   all, of at most ``write_max_bytes``, one in flight per partition, in order;
 5. after the acknowledgement, feed the written ``(source offset, target offset)`` pairs to
    the ``OffsetSyncEmitter`` and write the syncs it emits.
 
@@ -27,9 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 
 from mirror.dedupe import DedupeIndex, TailScan
 from mirror.latency import LatencyWindow
@@ -45,14 +51,13 @@ from mq.client.mirror_admin import OffsetOutOfRange, RawFetch
 from mq.core.clock import Clock
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
+from mq.protocol.batch_builder import build_batch_columns
 from mq.protocol.errors import ProtocolError
-from mq.protocol.record_batch import decode_record_columns, iter_batches
+from mq.protocol.record_batch import RecordColumns, decode_record_columns, iter_batches
 
 log = logging.getLogger("mirror")
 
 RECORD_BYTES = 200  # a record's share of a write besides key and value: its headers, provenance included
-
-Write = tuple[int, int, "bytes | None", "bytes | None", tuple, int]  # offset, ts, key, value, headers, bytes
 
 # A fetch that failed with one of these had no answer from the source (connection refused or
 # lost, request timed out): the link or the source region is down, not the partition.
@@ -66,9 +71,22 @@ class PartitionBlocked(Exception):
 
 @dataclass
 class Fetched:
-    writes: list[Write]
+    """The records of one fetch to write, as columns, in source order. ``headers``: each
+    record's own headers while every record took the fast path (``Stamper.appended``
+    stamps them when the write is built), else (``stamped``) each copy's whole headers."""
+
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes], ...]]
     next_offset: int
     records: int  # fetched past the offset asked for
+    stamped: bool = False
+
+    @property
+    def writes(self) -> int:
+        return len(self.offsets)
 
 
 class BatchFetcher:
@@ -298,7 +316,7 @@ class ActiveCopier:
                     pending = asyncio.get_running_loop().create_task(self._fetch(rp, fetched.next_offset))
                     if fetched.writes:
                         stage = "write"
-                        await self._write(rp, fetched.writes)
+                        await self._write(rp, fetched)
                         rp.fetch_offset = fetched.next_offset
                     rp.state, rp.reason = PartitionState.RUNNING, ""
                 except PartitionBlocked as exc:
@@ -379,7 +397,7 @@ class ActiveCopier:
         wall = self.clock.wall_ms()
         if isinstance(result, OffsetOutOfRange):
             rp.source_answered(wall, result.high_watermark, result.log_start_offset)
-            return Fetched([], self._out_of_range(rp, offset, result, wall), 0)
+            return Fetched([], [], [], [], [], self._out_of_range(rp, offset, result, wall), 0)
         if isinstance(result, MqError):
             rp.source_failed(result)
             self.metrics.error("fetch")
@@ -413,58 +431,74 @@ class ActiveCopier:
                                f"re-created); restart the mirror once the source is what it should be")
 
     def _decide(self, rp: RemotePartition, raw: RawFetch, offset: int) -> Fetched | None:
+        """Step 3 for every record past ``offset``. A source batch whose records carry no
+        provenance (written in the source: the normal case) is decided whole, in C-level
+        passes: every record is forwarded, stamped from templates (``Stamper.stamp_columns``)
+        and admitted by one comparison (``DedupeIndex.admit_run``); any other batch record
+        by record (``Stamper.copy``, ``DedupeIndex.admit_origin``)."""
         view = memoryview(raw.records)
-        writes: list[Write] = []
-        next_offset = offset
-        seen = 0
-        copy, admit = rp.stamper.copy, rp.index.admit_origin
+        out = Fetched([], [], [], [], [], offset, 0)
+        stamper, index = rp.stamper, rp.index
         for pos, header in iter_batches(view):
             if header.next_offset <= offset:
                 continue
-            next_offset = max(next_offset, header.next_offset)
+            out.next_offset = max(out.next_offset, header.next_offset)
             if header.is_control:
                 continue
-            cols = decode_record_columns(view[pos:pos + header.size])
-            for o, ts, key, value, headers in zip(cols.offsets, cols.timestamps, cols.keys, cols.values,
-                                                  cols.headers, strict=True):
-                if o < offset:
-                    continue
-                seen += 1
-                decision, origin, origin_offset, out = copy(headers, o, ts)
-                if not decision or origin is None:
-                    rp.not_forwarded += 1
-                    continue
-                if not admit(origin, origin_offset):
-                    rp.duplicates += 1
-                    continue
-                size = RECORD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-                writes.append((o, ts, key, value, out, size))
-        if next_offset == offset:
+            cols = decode_record_columns(view[pos:pos + header.size]).since(offset)
+            out.records += len(cols)
+            if stamper.takes_fast_path(cols.headers):
+                first = index.admit_run(stamper.origin, cols.offsets)
+                rp.duplicates += first
+                offsets, timestamps = cols.offsets[first:], cols.timestamps[first:]
+                out.offsets += offsets
+                out.timestamps += timestamps
+                out.keys += cols.keys[first:]
+                out.values += cols.values[first:]
+                own = cols.headers[first:]
+                out.headers += stamper.appended.columns(own, offsets, timestamps) if out.stamped else own
+            else:
+                if not out.stamped:  # from here on the headers column holds whole headers
+                    out.headers = stamper.appended.columns(out.headers, out.offsets, out.timestamps)
+                    out.stamped = True
+                _decide_each(rp, cols, out)
+        if out.next_offset == offset:
             return None  # nothing new (a long poll that ended empty)
-        return Fetched(writes, next_offset, seen)
+        return out
 
     # ------------------------------------------------------------------ writes
 
-    async def _write(self, rp: RemotePartition, writes: list[Write]) -> None:
-        """Step 4 and 5, in writes of at most ``write_max_bytes`` (one batch each)."""
+    async def _write(self, rp: RemotePartition, fetched: Fetched) -> None:
+        """Steps 4 and 5, in writes of at most ``write_max_bytes`` (one batch each, built
+        from the columns: ``AppendedHeaders.build`` from byte templates, or
+        ``build_batch_columns`` when the headers are already whole)."""
         topic, partition = rp.remote_tp.topic, rp.remote_tp.partition
-        i = 0
-        while i < len(writes):
-            size, j = 0, i
-            while j < len(writes) and (j == i or size + writes[j][5] <= self.write_max_bytes):
-                size += writes[j][5]
-                j += 1
-            group = writes[i:j]
-            base = await self.producer.send_batch(topic, partition, [(key, value, headers, ts)
-                                                                    for _, ts, key, value, headers, _ in group])
+        ends = _cumulative_sizes(fetched.keys, fetched.values)
+        compression = self.producer.compression
+        i, n = 0, len(ends)
+        while i < n:
+            before = ends[i - 1] if i else 0
+            j = max(i + 1, bisect_right(ends, before + self.write_max_bytes, i))
+            size = ends[j - 1] - before
+            offsets, timestamps = fetched.offsets[i:j], fetched.timestamps[i:j]
+            if fetched.stamped:
+                batch = build_batch_columns(timestamps, fetched.keys[i:j], fetched.values[i:j],
+                                            fetched.headers[i:j], compression=compression)
+            else:  # origin offset and timestamp: the record's own
+                batch = rp.stamper.appended.build(timestamps, fetched.keys[i:j], fetched.values[i:j],
+                                                  fetched.headers[i:j], offsets, timestamps, compression=compression)
+            base = await self.producer.send_built_batch(topic, partition, batch, j - i, size)
             wall, now = self.clock.wall_ms(), self.clock.monotonic_ms()
-            rp.records_mirrored += len(group)
+            rp.records_mirrored += j - i
             rp.bytes_mirrored += size
-            rp.last_ts = max(ts for _, ts, *_ in group)
+            rp.last_ts = max(timestamps)
             latency = max(0, wall - rp.last_ts)
             rp.latency.add(wall, latency)
             self.metrics.observe_latencies(rp.tp.topic, rp.tp.partition, (latency,))
-            self._emit(rp.emitter.on_written([(w[0], base + k) for k, w in enumerate(group)], now))
+            if offsets[-1] - offsets[0] == j - i - 1:  # one-for-one: a run
+                self._emit(rp.emitter.on_written_run(offsets[0], base, j - i, now))
+            else:
+                self._emit(rp.emitter.on_written(zip(offsets, range(base, base + j - i)), now))
             i = j
 
     def _emit(self, syncs: list) -> None:
@@ -484,6 +518,33 @@ class ActiveCopier:
         except MqError as exc:  # a lost sync only makes translation rewind further
             self.metrics.error("offset_syncs")
             log.info("event=offset_sync_failed flow=%s error=%s", self.flow, exc)
+
+
+def _decide_each(rp: RemotePartition, cols: RecordColumns, out: Fetched) -> None:
+    """Step 3 record by record (``Stamper.copy``, ``DedupeIndex.admit_origin``)."""
+    copy, admit = rp.stamper.copy, rp.index.admit_origin
+    for o, ts, key, value, headers in zip(cols.offsets, cols.timestamps, cols.keys, cols.values,
+                                          cols.headers, strict=True):
+        decision, origin, origin_offset, stamped = copy(headers, o, ts)
+        if not decision or origin is None:
+            rp.not_forwarded += 1
+            continue
+        if not admit(origin, origin_offset):
+            rp.duplicates += 1
+            continue
+        out.offsets.append(o)
+        out.timestamps.append(ts)
+        out.keys.append(key)
+        out.values.append(value)
+        out.headers.append(stamped)
+
+
+def _cumulative_sizes(keys: list[bytes | None], values: list[bytes | None]) -> list[int]:
+    """Each record's end in a write (key, value and ``RECORD_BYTES``), summed in C."""
+    sizes = map(len, values) if None not in values else (0 if v is None else len(v) for v in values)
+    if keys.count(None) != len(keys):
+        sizes = map(add, sizes, (0 if k is None else len(k) for k in keys))
+    return list(accumulate(map(add, sizes, repeat(RECORD_BYTES))))
 
 
 def _offsets_and_headers(records: bytes) -> tuple[list[tuple[int, tuple]], int]:

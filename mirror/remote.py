@@ -53,11 +53,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Protocol, runtime_checkable
 
 from mq.core.conflict import (
     ORIGIN_REGION_HEADER as ORIGIN_REGION,  # the broker's conflict checks read it too
 )
+from mq.protocol.stamped_batch import AppendedHeaders
 
 ORIGIN_PARTITION = "mq.origin.partition"
 ORIGIN_OFFSET = "mq.origin.offset"
@@ -74,6 +77,8 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 _MAX_DIGITS = 20  # "-9223372036854775808"
 _MAX_PATH_BYTES = (MAX_HOPS + 1) * 65
+
+_first = itemgetter(0)
 
 MALFORMED_PROVENANCE = "MALFORMED_PROVENANCE"
 INVALID_REMOTE_NAME = "INVALID_REMOTE_NAME"
@@ -396,6 +401,7 @@ class Stamper:
         self._head = ((ORIGIN_REGION, route.source_region.encode()), (ORIGIN_PARTITION, b"%d" % partition))
         self._tail = ((HOPS, b"1"), (PATH, f"{route.source_region},{route.target_region}".encode()))
         self._local = route.source_region != route.target_region
+        self.appended = AppendedHeaders(self._head, (ORIGIN_OFFSET, ORIGIN_TIMESTAMP), self._tail)
 
     def copy(self, headers: Headers, offset: int, timestamp: int
              ) -> tuple[Decision, OriginKey | None, int, tuple[tuple[str, bytes], ...]]:
@@ -407,6 +413,23 @@ class Stamper:
         if p is None:
             return decision, None, -1, ()
         return decision, (p.origin_region, p.origin_partition), p.origin_offset, out
+
+    def takes_fast_path(self, headers: Sequence[Headers]) -> bool:
+        """Whether every record of a run (a decoded batch's headers column) takes ``copy``'s
+        fast path: each is forwarded, its origin is ``self.origin``, its origin offset and
+        timestamp are its own, and its copy's headers are its own plus ``self.appended``.
+        False when some record carries a provenance header (decide those one by one)."""
+        return self._local and (headers.count(()) == len(headers) or _PROVENANCE_SET.isdisjoint(
+            map(_first, chain.from_iterable(headers))))
+
+    def stamp_columns(self, offsets: Sequence[int], timestamps: Sequence[int],
+                      headers: Sequence[Headers]) -> list[tuple[tuple[str, bytes], ...]] | None:
+        """The headers column of the copies of a run of records that ``takes_fast_path``
+        (None when it does not), built in C-level passes from the prepared header pairs:
+        only the origin offset and timestamp are formatted per record."""
+        if not self.takes_fast_path(headers):
+            return None
+        return self.appended.columns(headers, offsets, timestamps)
 
 
 # ---------------------------------------------------------------------------- topics

@@ -229,6 +229,45 @@ class OffsetSyncEmitter:
             syncs.append(sync)
         return syncs
 
+    def on_written_run(self, source_offset: int, target_offset: int, count: int,
+                       now_ms: int) -> list[OffsetSync]:
+        """``on_written`` for ``count`` records copied one-for-one: source offsets
+        ``source_offset + k`` at target offsets ``target_offset + k``. The same syncs, at
+        the same points, computed per sync instead of per record (a write of thousands of
+        records emits a few)."""
+        if count < 1:
+            return []
+        syncs = self._first_of_run(source_offset, target_offset, now_ms)
+        done = 1  # records of the run fed so far
+        while done < count:
+            assert self.last_sync is not None and self.last is not None
+            # the next record that is offset_lag_max past the last sync, or the run's last
+            due = self.last_sync.source_offset + self.offset_lag_max - self.last[0]
+            step = min(max(due, 1), count - done)
+            self.run += step
+            self.last = (self.last[0] + step, self.last[1] + step)
+            self.unsynced = True
+            done += step
+            if self.last[0] - self.last_sync.source_offset >= self.offset_lag_max:
+                syncs.append(self._emit(now_ms))
+        sync = self.tick(now_ms)
+        if sync is not None:
+            syncs.append(sync)
+        return syncs
+
+    def _first_of_run(self, source: int, target: int, now_ms: int) -> list[OffsetSync]:
+        """The first record of a run, exactly as ``on_written`` takes each (no tick)."""
+        last = self.last
+        if last is not None and (source <= last[0] or target <= last[1]):
+            raise ValueError(f"{self.tp}: written pair ({source}, {target}) is not after ({last[0]}, "
+                             f"{last[1]}): writes must be fed in order")
+        self.run = self.run + 1 if last is not None and source == last[0] + 1 and target == last[1] + 1 else 0
+        self.last = (source, target)
+        self.unsynced = True
+        if self.last_sync is None or source - self.last_sync.source_offset >= self.offset_lag_max:
+            return [self._emit(now_ms)]
+        return []
+
     def tick(self, now_ms: int) -> OffsetSync | None:
         """A sync for the last written record once it has waited ``interval_ms``."""
         if self.unsynced and now_ms - self.last_sync_ms >= self.interval_ms:

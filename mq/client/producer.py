@@ -539,6 +539,18 @@ class Producer(TransactionalProducer):
             self._txn.check_can_send()
         if not records:
             raise MqError(ErrorCode.INVALID_REQUEST, "send_batch needs at least one record")
+        builder = BatchBuilder(compression=self.accumulator.compression,
+                               is_transactional=self.accumulator.transactional)
+        size = 0
+        for key, value, headers, timestamp_ms in records:
+            size = builder.append(timestamp_ms, key, value, headers)
+        return await self.send_built_batch(topic, partition, builder.build(), len(records), size)
+
+    async def send_built_batch(self, topic: str, partition: int, batch: bytes, record_count: int,
+                               size: int) -> int:
+        """``send_batch`` for a batch the caller built (``mq.protocol.batch_builder``, base
+        offset 0, the codec of ``compression``), ``size`` bytes charged against
+        ``buffer_memory``: appended whole or not at all; the first record's offset."""
         self._ensure_started()
         if topic not in self._routes:
             await self.cluster.wait_for_topic(topic, self.cluster.now_ms() + self.max_block_ms)
@@ -548,17 +560,17 @@ class Producer(TransactionalProducer):
         if not 0 <= partition < len(tps):
             raise MqError(ErrorCode.INVALID_PARTITIONS,
                           f"{topic!r} has {len(tps)} partitions; there is no partition {partition}")
-        builder = BatchBuilder(compression=self.accumulator.compression,
-                               is_transactional=self.accumulator.transactional)
-        size = 0
-        for key, value, headers, timestamp_ms in records:
-            size = builder.append(timestamp_ms, key, value, headers)
         await self.sender.reserve(size, self.max_block_ms)
-        batch = self.accumulator.add_built_batch(tps[partition].topic_partition, builder.build(), len(records),
-                                                 size, self.cluster.now_ms())
+        sent = self.accumulator.add_built_batch(tps[partition].topic_partition, batch, record_count, size,
+                                                self.cluster.now_ms())
         self.sender.wakeup()
-        base_offset, _ = await batch.future
+        base_offset, _ = await sent.future
         return int(base_offset)
+
+    @property
+    def compression(self) -> CompressionType:
+        """The codec of the batches this producer builds (``send_built_batch`` callers use it)."""
+        return self.accumulator.compression
 
     # ------------------------------------------------------------------ flush / close
 

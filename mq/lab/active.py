@@ -26,23 +26,27 @@ FLOWS = ("east-to-west", "west-to-east")
 
 
 def active_active_file(root: str, *, latency_ms: float = 40.0, refresh_interval_ms: int = 500,
-                       configs: Mapping[str, Any] | None = None, host: str = "127.0.0.1") -> dict[str, Any]:
-    """The region file (a dict) of two one-broker regions with a flow each way, forward off
-    (two regions: every region gets every record directly)."""
+                       configs: Mapping[str, Any] | None = None, host: str = "127.0.0.1", brokers: int = 1,
+                       mirror_configs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The region file (a dict) of two regions of ``brokers`` brokers each (every one a
+    voter) with a flow each way, forward off (two regions: every region gets every record
+    directly); ``configs`` for every broker, ``mirror_configs`` for both flows."""
     def region(name: str) -> dict[str, Any]:
-        return {"name": name, "voters": [1], "brokers": [
-            {"id": 1, "listen": f"{host}:{free_port(host)}", "metrics_listen": f"{host}:{free_port(host)}"}]}
+        return {"name": name, "voters": list(range(1, brokers + 1)), "brokers": [
+            {"id": i, "listen": f"{host}:{free_port(host)}", "metrics_listen": f"{host}:{free_port(host)}"}
+            for i in range(1, brokers + 1)]}
 
     def flow(source: str, target: str) -> dict[str, Any]:
         return {"name": f"{source}-to-{target}", "source": source, "target": target, "mode": "active-active",
                 "forward": False, "topics": {"include": [".*"], "exclude": ["__.*"]},
                 "refresh.topics.interval.ms": refresh_interval_ms, "emit.heartbeats.interval.ms": 500,
                 "sync.group.offsets.interval.ms": 1000,
-                "configs": {"offset.lag.max": 100, "offset.sync.interval.ms": 500}}
+                "configs": {"offset.lag.max": 100, "offset.sync.interval.ms": 500,
+                            **{k: str(v) for k, v in (mirror_configs or {}).items()}}}
 
     return {
         "data_dir": root,
-        "link_port_base": free_port_block(3, host=host),
+        "link_port_base": free_port_block(2 * brokers + 1, host=host),
         "configs": {**LAB_CONFIGS, **{k: str(v) for k, v in (configs or {}).items()}},
         "regions": [region(r) for r in REGIONS],
         "links": [{"source": "east", "target": "west", "latency_ms": latency_ms},
@@ -52,10 +56,12 @@ def active_active_file(root: str, *, latency_ms: float = 40.0, refresh_interval_
 
 
 def start_active_active(*, latency_ms: float = 40.0, refresh_interval_ms: int = 500,
-                        ready_timeout_s: float = 60.0) -> GeoLab:
-    """Start east and west with a flow each way; return once both flows run."""
+                        ready_timeout_s: float = 60.0, brokers: int = 1, configs: Mapping[str, Any] | None = None,
+                        mirror_configs: Mapping[str, Any] | None = None) -> GeoLab:
+    """Start east and west (``brokers`` each) with a flow each way; return once both flows run."""
     root, owned = GeoLab._root(None)
-    doc = active_active_file(str(root), latency_ms=latency_ms, refresh_interval_ms=refresh_interval_ms)
+    doc = active_active_file(str(root), latency_ms=latency_ms, refresh_interval_ms=refresh_interval_ms,
+                             brokers=brokers, configs=configs, mirror_configs=mirror_configs)
     return GeoLab.launch(doc, root, owned=owned, flows=FLOWS, ready_timeout_s=ready_timeout_s)
 
 

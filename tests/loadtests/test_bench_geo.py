@@ -89,3 +89,44 @@ def test_tiny_geo_benchmarks() -> None:
     assert disaster["records_at_risk_basis"] != ["source"]  # the link was cut: last known figures
     summaries = {x["workload"] for x in lines if x.get("summary")}
     assert summaries == {"P7", "P7-latency", "geo-failover"}
+
+
+def test_tiny_active_active_benchmarks() -> None:
+    """AA (both flows loaded, and east only; live and backlog), AA-latency and AA-transform
+    at tiny size, one broker per region."""
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench_geo", "--only", "AA,AA-latency,AA-transform", "--brokers", "1",
+         "--runs", "1", "--records", "5000", "--producers", "1", "--chunk-records", "1000", "--partitions", "2",
+         "--aa-modes", "live,backlog", "--aa-rate", "500", "--latency-seconds", "1", "--warmup-s", "0.5",
+         "--transform-batches", "2", "--link-latency-ms", "20"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    runs = [x for x in lines if not x.get("summary")]
+    aa = {(x["mode"], x["loaded"]): x for x in runs if x.get("workload") == "AA"}
+    assert set(aa) == {("live", "both"), ("live", "east only"), ("backlog", "both"), ("backlog", "east only")}
+    for (_, loaded), line in aa.items():
+        assert set(line["directions"]) == ({"east->west", "west->east"} if loaded == "both" else {"east->west"})
+        assert all(d["rec_per_s"] > 0 and d["source_produce_rec_per_s"] > 0 for d in line["directions"].values())
+        assert line["min_direction_rec_per_s"] == min(d["rec_per_s"] for d in line["directions"].values())
+        assert all(cpu > 0 for cpu in line["cpu_s"]["mirrors"].values())
+        assert all(rss > 0 for rss in line["mirror_rss_mb"].values())
+    [latency] = [x for x in runs if x.get("workload") == "AA-latency"]
+    for direction in latency["directions"].values():
+        assert direction["latency"]["samples"] == 500 and direction["records_failed"] == 0
+        # a copied record cannot arrive before it crossed the 20 ms link one way
+        assert 20 <= direction["latency"]["p50_ms"] <= direction["latency"]["p99_ms"]
+    transform = {x["path"]: x for x in runs if x.get("workload") == "AA-transform"}
+    assert set(transform) == {"per-record", "batch"} and all(x["rec_per_s"] > 0 for x in transform.values())
+    assert transform["batch"]["records"] == 2_000
+    summaries = {(x["workload"], x.get("mode"), x.get("loaded")) for x in lines if x.get("summary")}
+    assert ("AA", "live", "both") in summaries and ("AA-latency", None, None) in summaries
+
+
+def test_active_active_options_are_checked() -> None:
+    args = parse_args(["--only", "AA,AA-transform", "--aa-modes", "backlog", "--aa-loaded", "one"])
+    assert args.only == ["AA", "AA-transform"] and args.aa_modes == ["backlog"] and args.aa_loaded == ["one"]
+    for bad in (["--aa-modes", "sideways"], ["--aa-loaded", "three"], ["--aa-rate", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(bad)
+        assert exit_info.value.code == 2
