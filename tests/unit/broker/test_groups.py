@@ -98,8 +98,9 @@ def test_replication_factor_is_capped_at_the_registered_brokers():
 def test_find_coordinator_validates_its_key():
     c = ready(cluster())
     assert c.find(1, "").error_code == ErrorCode.INVALID_GROUP_ID
-    assert c.call(1, FindCoordinatorRequest("g", key_type=2)).error_code == ErrorCode.INVALID_REQUEST
-    # key type 1 is a transactional id: its coordinator's topic is created on first use
+    assert c.call(1, FindCoordinatorRequest("g", key_type=3)).error_code == ErrorCode.INVALID_REQUEST
+    # key type 1 is a transactional id, 2 a share group: their coordinators' topics are created on first use
+    assert c.call(1, FindCoordinatorRequest("g", key_type=2)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert c.call(1, FindCoordinatorRequest("t", key_type=1)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert c.call(1, FindCoordinatorRequest("", key_type=1)).error_code == ErrorCode.INVALID_REQUEST
 
