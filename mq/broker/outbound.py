@@ -15,6 +15,14 @@ from dataclasses import dataclass
 
 from mq.protocol.messages import Request
 
+TXN_MARKER_LANE = 8
+"""The lane of WriteTxnMarkers to a partition leader: never one of the replica fetch
+lanes (``mq.broker.follower_fetch.MAX_FETCH_LANES``). The leader answers a connection's
+requests in order and answers WriteTxnMarkers only once the markers are replicated; a
+fetch of ours queued behind it carries the very progress the replication waits for,
+so the answer would wait until the ISR shrank us away (Kafka sends markers from a
+channel of their own too)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Outbound:

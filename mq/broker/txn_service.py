@@ -13,7 +13,9 @@ and answers its parked requests NOT_COORDINATOR.
 - **Markers.** For each PrepareCommit/PrepareAbort the coordinator owes, one
   WriteTxnMarkers per partition leader (this broker's own partitions included, by
   the same path); a partition whose leader is unknown or that answered an error is
-  retried after ``MARKER_RETRY_MS``; a deleted topic counts as done. When every
+  retried after ``MARKER_RETRY_MS``; a deleted topic counts as done. They go on a
+  connection of their own (``TXN_MARKER_LANE``), never behind or ahead of this
+  broker's replica fetches to that leader, whose progress their answer waits for. When every
   partition holds its marker, the CompleteCommit/CompleteAbort record is written.
 - **Leader side.** WriteTxnMarkers appends one control batch per partition
   (``Log.append_markers_as_leader``: a marker of a stale epoch is refused) and
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from mq.broker.admin import INTERNAL_TOPICS
 from mq.broker.offsets_topic import OffsetsTopicCreator, coordinator_address
-from mq.broker.outbound import Outbound, Pending
+from mq.broker.outbound import TXN_MARKER_LANE, Outbound, Pending
 from mq.broker.txn_offsets import TxnOffsets
 from mq.coordinator.records import OFFSETS_TOPIC, CoordinatorRecord
 from mq.coordinator.txn_coordinator import MarkerJob, TransactionCoordinator, TxnConfig, TxnResult
@@ -308,7 +310,8 @@ class TxnService:
                         self.write_markers(request, lambda r, t=tag: self.on_response(t, r, now_ms=now_ms),
                                            now_ms=now_ms)
                     else:
-                        self._outbound.append(Outbound(leader, request, tag))
+                        # Not on a replica fetch lane: the answer waits for our own fetches.
+                        self._outbound.append(Outbound(leader, request, tag, lane=TXN_MARKER_LANE))
                 self._maybe_complete(key, now_ms)
 
     def take_outbound(self) -> list[Outbound]:
