@@ -41,6 +41,7 @@ from mq.broker.group_loader import PendingWrite, Shard
 from mq.broker.group_requests import MULTI_GROUP, SINGLE_GROUP, Fanout, error_response, part_of
 from mq.broker.offsets_topic import OffsetsTopicCreator, find_coordinator
 from mq.broker.outbound import Pending
+from mq.broker.shard_leadership import republished
 from mq.broker.txn_offsets import unstable_offsets
 from mq.coordinator import (
     OFFSETS_TOPIC,
@@ -285,26 +286,19 @@ class GroupService:
 
     def on_publish(self, result: PublishResult, *, now_ms: int) -> None:
         """Load the shards of offsets partitions this broker now leads, unload the rest."""
-        for tp in result.removed:
-            if tp.topic == OFFSETS_TOPIC:
+        for tp, partition, unload in republished(result, OFFSETS_TOPIC, self.node.partitions, self._shards):
+            if unload:
                 self._unload(tp.partition)
-        for tp in [*result.leadership_lost, *result.changed]:
-            if tp.topic != OFFSETS_TOPIC:
+            if partition is None:
                 continue
-            partition = self.node.partitions.get(tp)
+            assert partition.leader is not None
             shard = self._shards.get(tp.partition)
-            leading = partition is not None and partition.leader is not None
-            if shard is not None and (not leading or shard.partition is not partition):
-                self._unload(tp.partition)
-                shard = None
-            if leading and shard is None:
-                assert partition is not None and partition.leader is not None
+            if shard is None:
                 coordinator = GroupCoordinator(tp.partition, self.config, rng=self._rng.fork("shard", tp.partition))
                 log = partition.log
                 self._shards[tp.partition] = Shard(partition, coordinator, partition.leader.leader_epoch,
                                                    log.log_end_offset, log.log_start_offset)
-            elif leading and shard is not None:
-                assert partition is not None and partition.leader is not None
+            else:
                 shard.leader_epoch = partition.leader.leader_epoch
         self._load(now_ms)
 

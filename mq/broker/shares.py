@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from mq.broker.group_loader import PendingWrite, Shard
 from mq.broker.offsets_topic import CREATE_RETRY_BACKOFF_MS, OffsetsTopicCreator
 from mq.broker.outbound import Pending
+from mq.broker.shard_leadership import republished
 from mq.broker.share_waits import ShareFetchWaits, answer_of
 from mq.coordinator import CoordinatorResult, group_partition
 from mq.coordinator.share_coordinator import ShareCoordinator, error_response
@@ -387,16 +388,8 @@ class ShareService:
     # ------------------------------------------------------------ leadership
 
     def on_publish(self, result: PublishResult, *, now_ms: int) -> None:
-        for tp in result.removed:
-            if tp.topic == SHARE_STATE_TOPIC:
-                self._unload(tp.partition)
-        for tp in [*result.leadership_lost, *result.changed]:
-            if tp.topic != SHARE_STATE_TOPIC:
-                continue
-            partition = self.node.partitions.get(tp)
-            shard = self._shards.get(tp.partition)
-            leading = partition is not None and partition.leader is not None
-            if shard is not None and (not leading or shard.partition is not partition):
+        for tp, _, unload in republished(result, SHARE_STATE_TOPIC, self.node.partitions, self._shards):
+            if unload:
                 self._unload(tp.partition)
             self._maybe_load(tp, now_ms)
         self._load()

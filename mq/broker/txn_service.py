@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from mq.broker.admin import INTERNAL_TOPICS
 from mq.broker.offsets_topic import OffsetsTopicCreator, coordinator_address
 from mq.broker.outbound import TXN_MARKER_LANE, Outbound, Pending
+from mq.broker.shard_leadership import republished
 from mq.broker.txn_offsets import TxnOffsets
 from mq.coordinator.records import OFFSETS_TOPIC, CoordinatorRecord
 from mq.coordinator.txn_coordinator import MarkerJob, TransactionCoordinator, TxnConfig, TxnResult
@@ -398,18 +399,13 @@ class TxnService:
     # ------------------------------------------------------------ leadership and timers
 
     def on_publish(self, result: PublishResult) -> None:
-        for tp in [*result.removed, *result.leadership_lost, *result.changed]:
-            if tp.topic != TRANSACTION_STATE_TOPIC:
-                continue
-            partition = self.node.partitions.get(tp)
-            shard = self.shards.get(tp.partition)
-            leading = partition is not None and partition.leader is not None
-            if shard is not None and (not leading or shard.partition is not partition
-                                      or shard.coordinator.coordinator_epoch != partition.leader.leader_epoch):
+        for tp, partition, unload in republished(
+                result, TRANSACTION_STATE_TOPIC, self.node.partitions, self.shards,
+                stale=lambda shard, led: shard.coordinator.coordinator_epoch != led.leader.leader_epoch):
+            if unload:
                 self._unload(tp.partition)
-                shard = None
-            if leading and shard is None:
-                assert partition is not None and partition.leader is not None
+            if partition is not None and tp.partition not in self.shards:
+                assert partition.leader is not None
                 coordinator = TransactionCoordinator(tp.partition, self.config,
                                                      coordinator_epoch=partition.leader.leader_epoch)
                 _replay_log(partition, coordinator)
