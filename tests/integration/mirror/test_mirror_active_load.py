@@ -25,7 +25,6 @@ import os
 import re
 import signal
 import subprocess
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,12 +35,11 @@ import pytest
 
 from mq.core.types import TopicPartition
 from tests.integration.cli.helpers import base_env, free_listen, run_mq
-from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import high_watermarks, wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, lines_until, shell
 from tests.integration.mirror.test_mirror_cut_link import valid
+from tests.integration.mirror.test_mirror_translated_failover import LAG_MAX, write_region_file
 
-LAG_MAX = 50  # offset.lag.max: a sync at least every 50 records of a partition
 PARTITIONS = 3
 
 
@@ -58,22 +56,7 @@ def active_active(tmp_path: Path) -> Iterator[Deployment]:
     east, west = free_listen(), free_listen()
     while west == east:
         west = free_listen()
-    (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
-        data_dir: .mq
-        link_port_base: {free_block(5)}
-        configs: {{group.initial.rebalance.delay.ms: '0'}}
-        regions:
-          - {{name: east, brokers: [{{id: 1, listen: '{east}'}}]}}
-          - {{name: west, brokers: [{{id: 1, listen: '{west}'}}]}}
-        links:
-          - {{source: east, target: west, latency_ms: 10}}
-        mirrors:
-          - {{name: east-to-west, source: east, target: west, mode: active-active,
-              refresh.topics.interval.ms: 300, sync.group.offsets.interval.ms: 300,
-              configs: {{offset.lag.max: {LAG_MAX}, offset.sync.interval.ms: 200}}}}
-          - {{name: west-to-east, source: west, target: east, mode: active-active,
-              refresh.topics.interval.ms: 300}}
-        """))
+    write_region_file(tmp_path, east, west)
     env = base_env()
     up = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)
     try:

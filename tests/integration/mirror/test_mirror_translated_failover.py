@@ -24,7 +24,28 @@ from tests.integration.mirror.harness import wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, shell
 
 FIRST, MORE = 3_000, 1_000
-LAG_MAX = 50
+LAG_MAX = 50  # offset.lag.max: a sync at least every 50 records of a partition
+
+
+def write_region_file(directory: Path, east: str, west: str) -> None:
+    """``aa.yaml``: one-broker regions east and west on ``east``/``west``, a 10 ms link, a
+    flow each way in active-active mode (east's with offset syncs every ``LAG_MAX``)."""
+    (directory / "aa.yaml").write_text(textwrap.dedent(f"""\
+        data_dir: .mq
+        link_port_base: {free_block(5)}
+        configs: {{group.initial.rebalance.delay.ms: '0'}}
+        regions:
+          - {{name: east, brokers: [{{id: 1, listen: '{east}'}}]}}
+          - {{name: west, brokers: [{{id: 1, listen: '{west}'}}]}}
+        links:
+          - {{source: east, target: west, latency_ms: 10}}
+        mirrors:
+          - {{name: east-to-west, source: east, target: west, mode: active-active,
+              refresh.topics.interval.ms: 300, sync.group.offsets.interval.ms: 300,
+              configs: {{offset.lag.max: {LAG_MAX}, offset.sync.interval.ms: 200}}}}
+          - {{name: west-to-east, source: west, target: east, mode: active-active,
+              refresh.topics.interval.ms: 300}}
+        """))
 
 
 def described(region: str, group: str, env: dict, cwd: Path) -> dict:
@@ -69,22 +90,7 @@ def check_resumed(group: str, committed: dict[int, int], bounds: dict[int, int],
 @pytest.mark.slow
 def test_a_group_moves_to_a_remote_topic_with_translated_offsets(tmp_path: Path) -> None:
     east, west = free_listen(), free_listen()
-    (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
-        data_dir: .mq
-        link_port_base: {free_block(5)}
-        configs: {{group.initial.rebalance.delay.ms: '0'}}
-        regions:
-          - {{name: east, brokers: [{{id: 1, listen: '{east}'}}]}}
-          - {{name: west, brokers: [{{id: 1, listen: '{west}'}}]}}
-        links:
-          - {{source: east, target: west, latency_ms: 10}}
-        mirrors:
-          - {{name: east-to-west, source: east, target: west, mode: active-active,
-              refresh.topics.interval.ms: 300, sync.group.offsets.interval.ms: 300,
-              configs: {{offset.lag.max: {LAG_MAX}, offset.sync.interval.ms: 200}}}}
-          - {{name: west-to-east, source: west, target: east, mode: active-active,
-              refresh.topics.interval.ms: 300}}
-        """))
+    write_region_file(tmp_path, east, west)
     env = base_env()
     up = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)
     busy = None
