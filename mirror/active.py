@@ -16,9 +16,11 @@ One task per source partition, each a loop:
    ``DedupeIndex.admit_run``): see ``_decide``;
 4. **write** the rest to the remote partition (same partition number, the source's
    timestamps, provenance headers) with a plain producer (``acks=all``, no retries, no
-   idempotence): each write is one record batch built from columns (``AppendedHeaders``
-   templates) and sent whole (``Producer.send_built_batch``), appended whole or not at
-   all, of at most ``write_max_bytes``, one in flight per partition, in order;
+   idempotence): each write is one produce request of at most ``write_max_bytes`` (4 MiB),
+   its records in batches of about ``batch_max_bytes`` (1 MiB, never more than the remote
+   topic's ``max.message.bytes``) built from columns (``AppendedHeaders`` templates) and sent
+   whole (``Producer.send_built_batch``); the leader appends a request's batches whole or
+   not at all, and a log keeps a prefix of them at most; one write in flight per partition;
 5. after the acknowledgement, feed the written ``(source offset, target offset)`` pairs to
    the ``OffsetSyncEmitter`` and write the syncs it emits.
 
@@ -32,7 +34,7 @@ import asyncio
 import logging
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
@@ -49,6 +51,7 @@ from mq.client import Admin, Producer
 from mq.client.cluster import cancel_tasks
 from mq.client.mirror_admin import OffsetOutOfRange, RawFetch
 from mq.core.clock import Clock
+from mq.core.config import TopicConfig
 from mq.core.errors import ErrorCode, MqError
 from mq.core.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from mq.protocol.batch_builder import build_batch_columns
@@ -57,6 +60,8 @@ from mq.protocol.record_batch import RecordColumns, decode_record_columns, iter_
 
 log = logging.getLogger("mirror")
 
+MIB = 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = TopicConfig.max_message_bytes
 RECORD_BYTES = 200  # a record's share of a write besides key and value: its headers, provenance included
 
 # A fetch that failed with one of these had no answer from the source (connection refused or
@@ -159,6 +164,7 @@ class RemotePartition:
         self.source_unreachable = False
         self.fetching_since_ms: int | None = None
         self.stall_timeout_ms = STALL_TIMEOUT_MS
+        self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES  # the remote topic's, read at each start
 
     # ------------------------------------------------------------------ the source, heard or not
 
@@ -238,7 +244,7 @@ class ActiveCopier:
     def __init__(self, flow: str, route: Route, source: Admin, target: Admin, producer: Producer,
                  metrics: FlowMetrics, clock: Clock, *, offset_lag_max: int, offset_sync_interval_ms: int,
                  fetch_max_wait_ms: int = 250, partition_max_bytes: int = 1024 * 1024,
-                 write_max_bytes: int = 256 * 1024, settle_ms: int = 1_000, retry_backoff_ms: int = 500) -> None:
+                 write_max_bytes: int = 4 * MIB, batch_max_bytes: int = MIB, settle_ms: int = 1_000, retry_backoff_ms: int = 500) -> None:
         self.flow = flow
         self.route = route
         self.source = source
@@ -251,6 +257,7 @@ class ActiveCopier:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.partition_max_bytes = partition_max_bytes
         self.write_max_bytes = write_max_bytes
+        self.batch_max_bytes = batch_max_bytes
         self.settle_ms = settle_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.partitions: dict[TopicPartition, RemotePartition] = {}
@@ -353,6 +360,8 @@ class ActiveCopier:
         """Step 1: the settled end of the remote partition, then the scan."""
         rtp = rp.remote_tp
         await self.producer.partitions_for(rtp.topic)  # metadata known: sends never wait for it
+        limit = await self.target.describe_configs(rtp.topic, ["max.message.bytes"])
+        rp.max_message_bytes = int(limit[0].value) if limit and limit[0].value else DEFAULT_MAX_MESSAGE_BYTES
         end = await self._settled_end(rtp)
         log_start = (await self.target.list_offsets({rtp: EARLIEST_TIMESTAMP}))[rtp].offset
         source_start = (await self.source.list_offsets({rp.tp: EARLIEST_TIMESTAMP}))[rp.tp].offset
@@ -469,25 +478,17 @@ class ActiveCopier:
     # ------------------------------------------------------------------ writes
 
     async def _write(self, rp: RemotePartition, fetched: Fetched) -> None:
-        """Steps 4 and 5, in writes of at most ``write_max_bytes`` (one batch each, built
-        from the columns: ``AppendedHeaders.build`` from byte templates, or
-        ``build_batch_columns`` when the headers are already whole)."""
+        """Steps 4 and 5, in writes of at most ``write_max_bytes``, each one produce request
+        of batches of at most ``batch_max_bytes`` (built from the columns:
+        ``AppendedHeaders.build`` from byte templates, or ``build_batch_columns`` when the
+        headers are already whole), which the leader appends whole or not at all."""
         topic, partition = rp.remote_tp.topic, rp.remote_tp.partition
         ends = _cumulative_sizes(fetched.keys, fetched.values)
-        compression = self.producer.compression
-        i, n = 0, len(ends)
-        while i < n:
-            before = ends[i - 1] if i else 0
-            j = max(i + 1, bisect_right(ends, before + self.write_max_bytes, i))
-            size = ends[j - 1] - before
+        for i, j in _spans(ends, 0, len(ends), self.write_max_bytes):
+            size = ends[j - 1] - (ends[i - 1] if i else 0)
+            batches = b"".join(self._batches(rp, fetched, ends, i, j))
+            base = await self.producer.send_built_batch(topic, partition, batches, j - i, size)
             offsets, timestamps = fetched.offsets[i:j], fetched.timestamps[i:j]
-            if fetched.stamped:
-                batch = build_batch_columns(timestamps, fetched.keys[i:j], fetched.values[i:j],
-                                            fetched.headers[i:j], compression=compression)
-            else:  # origin offset and timestamp: the record's own
-                batch = rp.stamper.appended.build(timestamps, fetched.keys[i:j], fetched.values[i:j],
-                                                  fetched.headers[i:j], offsets, timestamps, compression=compression)
-            base = await self.producer.send_built_batch(topic, partition, batch, j - i, size)
             wall, now = self.clock.wall_ms(), self.clock.monotonic_ms()
             rp.records_mirrored += j - i
             rp.bytes_mirrored += size
@@ -499,7 +500,30 @@ class ActiveCopier:
                 self._emit(rp.emitter.on_written_run(offsets[0], base, j - i, now))
             else:
                 self._emit(rp.emitter.on_written(zip(offsets, range(base, base + j - i)), now))
-            i = j
+
+    def _batches(self, rp: RemotePartition, fetched: Fetched, ends: list[int], i: int, j: int) -> Iterator[bytes]:
+        """Records ``[i, j)`` as batches of about ``batch_max_bytes`` (by ``ends``, an
+        estimate), each halved until it fits the remote topic's ``max.message.bytes``
+        (records with large headers of their own take more than the estimate)."""
+        todo = list(_spans(ends, i, j, min(self.batch_max_bytes, rp.max_message_bytes)))[::-1]
+        while todo:
+            a, b = todo.pop()
+            batch = self._build(rp, fetched, a, b)
+            if len(batch) > rp.max_message_bytes and b - a > 1:
+                todo += [((a + b) // 2, b), (a, (a + b) // 2)]
+                continue
+            yield batch
+
+    def _build(self, rp: RemotePartition, fetched: Fetched, i: int, j: int) -> bytes:
+        """One batch of records ``[i, j)`` of ``fetched``."""
+        compression = self.producer.compression
+        timestamps = fetched.timestamps[i:j]
+        if fetched.stamped:
+            return build_batch_columns(timestamps, fetched.keys[i:j], fetched.values[i:j], fetched.headers[i:j],
+                                       compression=compression)
+        # origin offset and timestamp: the record's own
+        return rp.stamper.appended.build(timestamps, fetched.keys[i:j], fetched.values[i:j], fetched.headers[i:j],
+                                         fetched.offsets[i:j], timestamps, compression=compression)
 
     def _emit(self, syncs: list) -> None:
         if not syncs:
@@ -537,6 +561,17 @@ def _decide_each(rp: RemotePartition, cols: RecordColumns, out: Fetched) -> None
         out.keys.append(key)
         out.values.append(value)
         out.headers.append(stamped)
+
+
+def _spans(ends: list[int], start: int, stop: int, limit: int) -> Iterator[tuple[int, int]]:
+    """``[i, j)`` ranges covering ``[start, stop)`` whose records (``ends``: cumulative
+    sizes) take at most ``limit`` bytes, or one record each when a record alone is larger."""
+    i = start
+    while i < stop:
+        before = ends[i - 1] if i else 0
+        j = min(stop, max(i + 1, bisect_right(ends, before + limit, i)))
+        yield i, j
+        i = j
 
 
 def _cumulative_sizes(keys: list[bytes | None], values: list[bytes | None]) -> list[int]:

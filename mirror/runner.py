@@ -79,7 +79,7 @@ class FlowRunner:
             # No retries, no idempotence: a failed write makes its partition start over
             # from what the target holds (mirror.active); each write is one batch.
             self.target_producer = Producer(flow.target_bootstrap, client_id=client_id, acks=-1, retries=0,
-                                            linger_ms=0, batch_size=MIB, max_request_size=4 * MIB,
+                                            linger_ms=0, batch_size=MIB, max_request_size=16 * MIB,
                                             buffer_memory=64 * MIB, delivery_timeout_ms=30_000,
                                             request_timeout_ms=30_000)
             self.copier = ActiveCopier(flow.name, self.route, self.source, self.target, self.target_producer,

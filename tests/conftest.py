@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-
 # The files whose tests take the ``spark`` fixture: one group, so one worker and one SparkSession.
 SPARK_FILES = frozenset({
     "tests/integration/analytics/test_spark_source.py",

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from mirror.source_rate import RATE_WINDOW_MS
 from mq.core.types import TopicPartition
 from tests.integration.cli.helpers import base_env, free_listen, run_mq
 from tests.integration.mirror.harness import high_watermarks, wait_for
@@ -231,7 +232,11 @@ def test_a_cut_link_shows_an_active_active_flows_lag_as_a_lower_bound_and_an_est
                 for p in parts.values())
             return doc if ok else None
 
-        heard = wait_for(following, 30, "the flow to follow east and know its rate")
+        wait_for(following, 30, "the flow to follow east and know its rate")
+        # The rate is the source end's growth over the last RATE_WINDOW_MS: let the window hold
+        # only the steady pace (`mq produce` sends what the pipe held while it started as a burst).
+        time.sleep(RATE_WINDOW_MS / 1000)
+        heard = wait_for(following, 30, "the flow to follow east at its steady rate")
         assert heard["lag_records_estimate"] is None and not heard["lag_records_lower_bound"]
         cut = run_mq("link", "cut", "east", "west", "--mode", mode, env=d.env, cwd=d.cwd)
         assert cut.returncode == 0, cut.stderr
