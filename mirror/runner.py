@@ -77,7 +77,7 @@ class FlowRunner:
                                              separator=flow.replication_policy_separator)
             self.route = Route(flow.source_region, flow.target_region, flow.forward)
             # No retries, no idempotence: a failed write makes its partition start over
-            # from what the target holds (mirror.active); each write is one batch.
+            # from what the target holds (mirror.active); each write is one request.
             self.target_producer = Producer(flow.target_bootstrap, client_id=client_id, acks=-1, retries=0,
                                             linger_ms=0, batch_size=MIB, max_request_size=16 * MIB,
                                             buffer_memory=64 * MIB, delivery_timeout_ms=30_000,
