@@ -38,6 +38,20 @@ def free_listen() -> str:
     raise RuntimeError("no free port pair found")
 
 
+def free_listens(count: int) -> list[str]:
+    """``count`` addresses as ``free_listen`` gives, none of whose ports (each port and its
+    metrics port + 10000) is another's."""
+    listens: list[str] = []
+    taken: set[int] = set()
+    while len(listens) < count:
+        port = int(free_listen().rsplit(":", 1)[1])
+        if {port, port + 10000} & taken:
+            continue
+        taken |= {port, port + 10000}
+        listens.append(f"127.0.0.1:{port}")
+    return listens
+
+
 def run_mq(*args: str, env: dict | None = None, input: bytes | None = None, timeout: float = 60,
            cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run([*mq_command(), *args], check=False, input=input, capture_output=True, env=env,

@@ -19,16 +19,14 @@ import jsonschema
 from mq.cli import schemas
 from mq.core.conflict import home_region
 
-from .helpers import base_env, free_listen, run_mq
+from .helpers import base_env, free_listens, run_mq
 
 READY_S = 60
 REGIONS = ("east", "west")
 
 
 def up_two_regions(tmp_path: Path, env: dict) -> None:
-    east, west = free_listen(), free_listen()
-    while west == east:
-        west = free_listen()
+    east, west = free_listens(2)
     path = tmp_path / "two.yaml"
     path.write_text(textwrap.dedent(f"""\
         data_dir: .mq

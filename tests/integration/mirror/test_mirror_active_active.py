@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from mq.deploy.process import is_alive
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 from tests.integration.mirror.test_mirror_cut_link import valid
@@ -72,7 +72,7 @@ def lines_until(prefix: str, stop: Path, per_s: int) -> str:
 
 @pytest.mark.slow
 def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path: Path) -> None:
-    east, west = free_listen(), free_listen()
+    east, west = free_listens(2)
     (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
         data_dir: .mq
         link_port_base: {free_block(5)}
@@ -204,7 +204,7 @@ def test_active_active_both_ways_each_record_once_through_mirror_kills(tmp_path:
 
 @pytest.mark.slow
 def test_records_deleted_in_the_source_while_the_flow_is_down_are_a_gap_with_exact_offsets(tmp_path: Path) -> None:
-    east, west = free_listen(), free_listen()
+    east, west = free_listens(2)
     (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
         data_dir: .mq
         link_port_base: {free_block(5)}

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 from tests.integration.mirror.test_mirror_active_active import consume, shell
@@ -49,10 +49,9 @@ def multi_region_files() -> list:
 def shrunk(doc: dict) -> dict:
     """The topology on free ports, one broker per region, topics refreshed every 300 ms."""
     doc = dict(doc, data_dir=".mq")
-    regions = []
-    for r in doc["regions"]:
-        regions.append(dict(r, voters=[1], brokers=[{"id": 1, "listen": free_listen()}]))
-    doc["regions"] = regions
+    listens = free_listens(len(doc["regions"]))
+    doc["regions"] = [dict(r, voters=[1], brokers=[{"id": 1, "listen": listen}])
+                      for r, listen in zip(doc["regions"], listens, strict=True)]
     pairs = {frozenset((link["source"], link["target"])) for link in doc.get("links", [])}
     doc["link_port_base"] = free_block(3 * len(pairs))  # per pair: a broker each side, the control port
     doc["mirrors"] = [dict(f, **{"refresh.topics.interval.ms": 300}) for f in doc.get("mirrors", [])]
