@@ -244,7 +244,8 @@ class ActiveCopier:
     def __init__(self, flow: str, route: Route, source: Admin, target: Admin, producer: Producer,
                  metrics: FlowMetrics, clock: Clock, *, offset_lag_max: int, offset_sync_interval_ms: int,
                  fetch_max_wait_ms: int = 250, partition_max_bytes: int = 1024 * 1024,
-                 write_max_bytes: int = 4 * MIB, batch_max_bytes: int = MIB, settle_ms: int = 1_000, retry_backoff_ms: int = 500) -> None:
+                 write_max_bytes: int = 4 * MIB, batch_max_bytes: int = MIB, settle_ms: int = 1_000,
+                 retry_backoff_ms: int = 500) -> None:
         self.flow = flow
         self.route = route
         self.source = source
