@@ -35,7 +35,7 @@ import pytest
 
 from mirror.source_rate import RATE_WINDOW_MS
 from mq.core.types import TopicPartition
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.mirror.harness import high_watermarks, wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, lines_until, shell
 from tests.integration.mirror.test_mirror_cut_link import valid
@@ -54,9 +54,7 @@ class Deployment:
 
 @pytest.fixture
 def active_active(tmp_path: Path) -> Iterator[Deployment]:
-    east, west = free_listen(), free_listen()
-    while west == east:
-        west = free_listen()
+    east, west = free_listens(2)
     write_region_file(tmp_path, east, west)
     env = base_env()
     up = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)

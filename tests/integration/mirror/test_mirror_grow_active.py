@@ -8,14 +8,14 @@ import json
 import textwrap
 from pathlib import Path
 
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, shell
 
 
 def test_growing_a_source_topic_grows_its_remote_topic_and_copies_the_new_partitions(tmp_path: Path) -> None:
-    east, west = free_listen(), free_listen()
+    east, west = free_listens(2)
     (tmp_path / "aa.yaml").write_text(textwrap.dedent(f"""\
         data_dir: .mq
         link_port_base: {free_block(5)}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mq.lab.process import wait_until
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 from tests.integration.mirror.test_mirror_active_active import READY_S, consume, shell
@@ -89,7 +89,7 @@ def check_resumed(group: str, committed: dict[int, int], bounds: dict[int, int],
 
 @pytest.mark.slow
 def test_a_group_moves_to_a_remote_topic_with_translated_offsets(tmp_path: Path) -> None:
-    east, west = free_listen(), free_listen()
+    east, west = free_listens(2)
     write_region_file(tmp_path, east, west)
     env = base_env()
     up = run_mq("up", "aa.yaml", "--timeout", str(READY_S), env=env, cwd=tmp_path, timeout=READY_S + 30)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mq.deploy.process import is_alive
-from tests.integration.cli.helpers import base_env, free_listen, run_mq
+from tests.integration.cli.helpers import base_env, free_listens, run_mq
 from tests.integration.cli.test_cli_geo import free_block
 from tests.integration.mirror.harness import wait_for
 
@@ -47,7 +47,7 @@ def committed_total(region: str, env: dict, cwd: Path) -> int:
 
 @pytest.mark.slow
 def test_the_geo_walkthrough_through_mq(tmp_path: Path) -> None:
-    east, west = free_listen(), free_listen()
+    east, west = free_listens(2)
     base = free_block(3)
     (tmp_path / "geo.yaml").write_text(textwrap.dedent(f"""\
         data_dir: .mq
